@@ -1,0 +1,3 @@
+from modelyard.cli.main import main
+
+main()

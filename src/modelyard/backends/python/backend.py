@@ -1,0 +1,145 @@
+"""The Python backend: auto-completes a model's config and creates its worker instances."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from modelyard.backends.base import Instance
+from modelyard.backends.python.worker import PythonWorker, WorkerHandlers, WorkerSpec
+from modelyard.config.render import config_to_json
+from modelyard.errors import ConfigError
+
+
+@dataclass
+class PythonBackendOptions:
+    """`--backend-config python,KEY=VALUE` settings that apply here."""
+
+    default_max_batch_size: int = 4
+    shm_enabled: bool = True
+    python: str = sys.executable
+    init_timeout: float = 600.0
+    execution_mode: str = "process"  # or "in-process"
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, str]) -> PythonBackendOptions:
+        opts = cls()
+        if "default-max-batch-size" in settings:
+            opts.default_max_batch_size = int(settings["default-max-batch-size"])
+        if settings.get("shm-enabled", "true").lower() in ("false", "0", "no"):
+            opts.shm_enabled = False
+        if "python" in settings:
+            opts.python = settings["python"]
+        if "execution-mode" in settings:
+            opts.execution_mode = _check_mode(
+                settings["execution-mode"], "--backend-config python,execution-mode"
+            )
+        if "init-timeout-seconds" in settings:
+            opts.init_timeout = float(settings["init-timeout-seconds"])
+        return opts
+
+
+MODES = ("process", "in-process")
+
+
+def _check_mode(mode: str, where: str) -> str:
+    if mode not in MODES:
+        raise ConfigError(
+            f"{where}: unknown execution mode '{mode}' (expected one of: {', '.join(MODES)})"
+        )
+    return mode
+
+
+def execution_mode(cfg: Any, opts: PythonBackendOptions) -> str:
+    """Per model (config parameter MODELYARD_EXECUTION_MODE) or server-wide."""
+    param = cfg.parameters.get("MODELYARD_EXECUTION_MODE") if cfg.parameters else None
+    if param is not None and param.string_value:
+        return _check_mode(
+            param.string_value, f"model '{cfg.name}' parameter MODELYARD_EXECUTION_MODE"
+        )
+    return opts.execution_mode
+
+
+def model_file(model_dir: str, version: int, cfg: Any) -> str:
+    filename = cfg.default_model_filename or "model.py"
+    return os.path.join(model_dir, str(version), filename)
+
+
+def _python_for(cfg: Any, opts: PythonBackendOptions) -> str:
+    # Per-model interpreter, like Triton's EXECUTION_ENV_PATH but naming a Python directly.
+    param = cfg.parameters.get("MODELYARD_PYTHON") if cfg.parameters else None
+    return param.string_value if param is not None and param.string_value else opts.python
+
+
+def _spec(cfg: Any, model_dir: str, version: int, instance_name: str, kind: str,
+          opts: PythonBackendOptions, config_json: str) -> WorkerSpec:  # fmt: skip
+    return WorkerSpec(
+        model_name=cfg.name, version=version, model_dir=model_dir,
+        model_file=model_file(model_dir, version, cfg), instance_name=instance_name,
+        instance_kind=kind, device_id=0, config_json=config_json,
+        decoupled=bool(cfg.model_transaction_policy.decoupled),
+        python=_python_for(cfg, opts), shm_enabled=opts.shm_enabled,
+        init_timeout=opts.init_timeout,
+    )  # fmt: skip
+
+
+async def run_auto_complete(
+    cfg: Any, model_dir: str, version: int, opts: PythonBackendOptions, handlers: WorkerHandlers
+) -> tuple[Any, PythonWorker | None]:
+    """Run the model's ``auto_complete_config`` in a fresh worker.
+
+    Returns the completed config and the worker, which becomes the model's first instance.
+    """
+    from modelyard.config.auto_complete import (
+        config_from_autocomplete_dict,
+        config_to_autocomplete_dict,
+    )
+
+    spec = _spec(cfg, model_dir, version, f"{cfg.name}_autocomplete", "CPU", opts, "{}")
+    if execution_mode(cfg, opts) == "in-process":
+        from modelyard.backends.python.inprocess import auto_complete_in_process
+
+        completed = await auto_complete_in_process(
+            spec.model_file, cfg.name, config_to_autocomplete_dict(cfg)
+        )
+        return config_from_autocomplete_dict(completed, base=cfg), None
+    worker = PythonWorker(spec, handlers)
+    try:
+        await worker.spawn()
+        completed = await worker.autocomplete(config_to_autocomplete_dict(cfg))
+        new_cfg = config_from_autocomplete_dict(completed, base=cfg)
+    except Exception:
+        await worker.stop()
+        raise
+    return new_cfg, worker
+
+
+def create_instances(
+    cfg: Any, model_dir: str, version: int, opts: PythonBackendOptions, handlers: WorkerHandlers,
+    first: PythonWorker | None = None,
+) -> list[Instance]:  # fmt: skip
+    """One worker per instance (every instance_group's count), named as Triton names them."""
+    config_json = config_to_json(cfg)
+    mode = execution_mode(cfg, opts)
+    instances: list[Instance] = []
+    for group in cfg.instance_group:
+        kind = {1: "GPU", 2: "CPU", 3: "MODEL"}.get(int(group.kind), "CPU")
+        for i in range(max(1, int(group.count))):
+            name = f"{group.name}_{i}"
+            spec = _spec(cfg, model_dir, version, name, kind, opts, config_json)
+            if mode == "in-process":
+                from modelyard.backends.python.inprocess import InProcessInstance
+
+                instances.append(InProcessInstance(spec, handlers.core))  # type: ignore[attr-defined]
+            elif first is not None:
+                first.spec = spec
+                first.name = name
+                instances.append(first)
+                first = None
+            else:
+                instances.append(PythonWorker(spec, handlers))
+    if not instances:
+        raise ConfigError(f"model '{cfg.name}' has no instances to run")
+    return instances

@@ -1,0 +1,581 @@
+"""In-process Python instances: the model runs inside the server process.
+
+Sync ``execute`` runs on one dedicated thread per instance (so ``breakpoint()`` and debuggers
+work, and the event loop keeps serving); ``async def execute`` runs on the server's event
+loop, several requests in flight at once. BLS hands numpy arrays to the core with no copy
+and no IPC. Each model's modules are imported under a private package name, and sibling
+modules it imports are taken out of ``sys.modules`` afterwards, so two models with their
+own ``helper.py`` each keep theirs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import triton_python_backend_utils as pb
+from modelyard.backends.base import Instance, RequestContext
+from modelyard.backends.python.stub import format_exception
+from modelyard.backends.python.stub_runtime import error_code_name
+from modelyard.core.validation import validate
+from modelyard.errors import ErrorCode, InternalError, ModelyardError
+from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor, datatype_of
+
+if TYPE_CHECKING:
+    from modelyard.backends.python.worker import WorkerSpec
+    from modelyard.core.server import InferenceServer
+
+log = logging.getLogger("modelyard")
+
+_CODES = {"UNKNOWN": 0, "INTERNAL": 1, "NOT_FOUND": 2, "INVALID_ARG": 3, "UNAVAILABLE": 4,
+          "UNSUPPORTED": 5, "ALREADY_EXISTS": 6, "CANCELLED": 7}  # fmt: skip
+_import_lock = threading.Lock()
+# The chain of instances blocked on the batch this thread is running (see core/bls.py).
+_tls = threading.local()
+
+
+class _ExistingModule(importlib.abc.Loader):
+    def __init__(self, module: Any):
+        self.module = module
+
+    def create_module(self, spec: Any) -> Any:
+        return self.module
+
+    def exec_module(self, module: Any) -> None:
+        pass
+
+
+class _SiblingFinder(importlib.abc.MetaPathFinder):
+    """Last resort for `import helper` run later by an in-process model (inside execute):
+    the model's own folders are searched and the module gets the model's private name, so
+    another model's `helper` is never confused with it."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if path is not None:
+            return None  # only top-level names
+        rt = pb.get_runtime()
+        package = getattr(rt, "package", "")
+        if not package:
+            return None
+        private = f"{package}.{fullname}"
+        existing = sys.modules.get(private)
+        if existing is not None:
+            return importlib.util.spec_from_loader(private, _ExistingModule(existing))
+        found = importlib.machinery.PathFinder.find_spec(fullname, rt.search_path)  # type: ignore[union-attr]
+        if found is None or found.origin is None:
+            return None
+        return importlib.util.spec_from_file_location(
+            private, found.origin, submodule_search_locations=found.submodule_search_locations
+        )
+
+
+sys.meta_path.append(_SiblingFinder())
+
+
+def import_isolated(model_file: str, package: str) -> Any:
+    """Import ``model_file`` as ``<package>.<stem>`` with its folder as the package, keeping
+    the sibling modules it imports private to it."""
+    version_dir = os.path.dirname(model_file)
+    model_dir = os.path.dirname(version_dir)
+    stem = os.path.splitext(os.path.basename(model_file))[0]
+    with _import_lock:
+        before = set(sys.modules)
+        saved_path = list(sys.path)
+        sys.path[:0] = [version_dir, model_dir]
+        try:
+            spec = importlib.util.spec_from_file_location(
+                package, os.path.join(version_dir, "__init__.py"),
+                submodule_search_locations=[version_dir],
+            )  # fmt: skip
+            assert spec is not None
+            pkg = importlib.util.module_from_spec(spec)
+            sys.modules[package] = pkg
+            module = importlib.import_module(f"{package}.{stem}")
+        finally:
+            sys.path[:] = saved_path
+            # Sibling modules imported by absolute name (`import helper`) leave sys.modules so
+            # the next model's `import helper` finds its own; the model keeps its references.
+            root = os.path.realpath(model_dir) + os.sep
+            for name in set(sys.modules) - before:
+                path = getattr(sys.modules[name], "__file__", None) or ""
+                if not name.startswith(package) and os.path.realpath(path).startswith(root):
+                    del sys.modules[name]
+    return module
+
+
+class InProcessRuntime:
+    """pb_utils' runtime for models running in the server process."""
+
+    def __init__(self, core: InferenceServer, loop: asyncio.AbstractEventLoop, model_dir: str = "",
+                 instance: InProcessInstance | None = None):  # fmt: skip
+        self.core = core
+        self.loop = loop
+        self._model_dir = model_dir
+        self.instance = instance
+        self.package = ""  # the model's private module package (see _SiblingFinder)
+        self.search_path = [model_dir, os.path.dirname(model_dir)] if model_dir else []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # BLS ---------------------------------------------------------------------------------
+
+    def _core_request(self, request: Any) -> InferRequest:
+        inputs = []
+        for t in request.inputs():
+            arr = t.as_numpy()
+            inputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
+        version = request.model_version()
+        return InferRequest(
+            model_name=request.model_name(), inputs=inputs,
+            model_version=_version_text(version),
+            id=request.request_id(),
+            outputs=[RequestedOutput(n) for n in request.requested_output_names()] or None,
+            parameters=dict(request._params or {}), correlation_id=request.correlation_id(),
+            flags=request.flags(), timeout_us=int(request.timeout() or 0),
+        )  # fmt: skip
+
+    @staticmethod
+    def _pb_response(resp: InferResponse) -> Any:
+        if resp.error is not None:
+            err = pb.TritonError._from_server(
+                resp.error.message, _CODES.get(resp.error.code.value, 1)
+            )
+            return pb.InferenceResponse._from_server([], err)
+        tensors = [pb.Tensor._from_server(t.name, _data(t)) for t in resp.outputs]
+        return pb.InferenceResponse._from_server(tensors, None, resp.parameters or None)
+
+    @property
+    def _chain(self) -> frozenset[str]:
+        chain: frozenset[str] = getattr(_tls, "chain", frozenset())
+        return chain  # empty on threads that are not running a sync batch: they hold nothing
+
+    def _direct(self, request: Any) -> Any:
+        """A sync BLS call to an idle in-process instance with a sync execute runs right here,
+        on the caller's thread: no event-loop hop, no thread switch, no copy. Returns None
+        when the call must take the ordinary path (busy target, other backend, errors)."""
+        from modelyard.scheduling.default import DefaultScheduler
+
+        try:
+            mv = self.core.get_version(request.model_name(), _version_text(request.model_version()))
+        except ModelyardError:
+            return None
+        sched = mv.scheduler
+        if mv.decoupled or not isinstance(sched, DefaultScheduler):
+            return None
+        target = sched.try_claim(lambda i: isinstance(i, InProcessInstance) and i.sync_execute)
+        if target is None:
+            return None
+        assert isinstance(target, InProcessInstance)
+        try:
+            core_request = self._core_request(request)
+            try:
+                names = validate(core_request, mv.signature)
+            except ModelyardError as e:
+                text = f"Model {mv.name} - Error when running inference: {e.message}"
+                return self._pb_response(
+                    InferResponse(mv.name, "", error=ModelyardError(text, e.code))
+                )
+            if not core_request.model_version:
+                core_request.model_version = str(mv.version)
+            box: list[InferResponse] = []
+            ctx = RequestContext(core_request, names, box.append, chain=self._chain)
+            t0 = time.monotonic_ns()
+            ctx.t_queued = ctx.t_start = t0
+            target.run_direct([ctx])
+            t1 = time.monotonic_ns()
+            if not box:  # answered through a response sender via the loop: rare, wait for it
+                return (
+                    None
+                    if ctx.done
+                    else self._pb_response(
+                        InferResponse(
+                            mv.name, "", error=InternalError("model returned no response")
+                        )
+                    )
+                )
+            resp = box[0]
+            if resp.error is None:
+                mv.stats.record_success(t0, t0, t0, t1, 1)
+                mv.stats.record_execution(1, t1 - t0)
+            else:
+                mv.stats.record_failure(t0, t1)
+            return self._pb_response(resp)
+        finally:
+            sched.release_claimed(target)
+
+    def _start(self, request: Any, decoupled: bool, sink: Any, chain: frozenset[str],
+               caller: str = "") -> None:  # fmt: skip
+        """On the loop thread: run the BLS request; ``sink((pb_response, final))`` per reply."""
+        from modelyard.core.bls import start_bls
+
+        def emit(resp: InferResponse, final: bool) -> None:
+            sink((self._pb_response(resp), final))
+
+        start_bls(self.core, self._core_request(request), decoupled, chain, emit, caller)
+
+    def exec(self, request: Any, decoupled: bool) -> Any:
+        if _on_loop(self.loop):
+            raise pb.TritonModelException(
+                "exec() would block the server's event loop: in `async def execute` use "
+                "`await request.async_exec()`"
+            )
+        if not decoupled and not request.timeout():
+            direct = self._direct(request)
+            if direct is not None:
+                return direct
+        import queue as queue_mod
+
+        replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
+        caller = getattr(_tls, "instance", "")
+        self.loop.call_soon_threadsafe(
+            self._start, request, decoupled, replies.put, self._chain, caller
+        )
+        if not decoupled:
+            return replies.get()[0]
+        return _drain(replies)
+
+    def async_exec(self, request: Any, decoupled: bool) -> Any:
+        return self._async_exec(request, decoupled)
+
+    async def _async_exec(self, request: Any, decoupled: bool) -> Any:
+        import queue as queue_mod
+
+        replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
+        done: asyncio.Future[None] = self.loop.create_future()
+
+        def sink(item: tuple[Any, bool]) -> None:
+            replies.put(item)
+            if item[1] and not done.done():
+                done.set_result(None)
+
+        self._start(request, decoupled, sink, frozenset())
+        # Triton models iterate the awaited value with a plain `for` on this very loop, which
+        # could never deliver later responses: wait for the final one, then hand them over.
+        await done
+        if not decoupled:
+            return replies.get()[0]
+        return _drain(replies)
+
+    # the rest of pb_utils.Runtime ---------------------------------------------------------
+
+    def log(self, level: int, message: str, filename: str, line: int) -> None:
+        py_level = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}.get(
+            level, logging.INFO
+        )
+        log.log(py_level, "%s:%d] %s", os.path.basename(filename), line, message)
+
+    def _control(self, coro: Any) -> Any:
+        if _on_loop(self.loop):
+            raise pb.TritonModelException("model control from the event loop thread would block it")
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=600)
+        except ModelyardError as e:
+            raise pb.TritonModelException(e.message) from None
+
+    def load_model(self, name: str, config: str, files: dict[str, bytes] | None) -> None:
+        self._control(self.core.load_model(name, config or None, files or None, from_model=True))
+
+    def unload_model(self, name: str, unload_dependents: bool) -> None:
+        self._control(self.core.unload_model(name, unload_dependents, from_model=True))
+
+    def is_model_ready(self, name: str, version: str) -> bool:
+        return self.core.model_ready(name, version)
+
+    def model_dir(self) -> str:
+        return self._model_dir or os.getcwd()
+
+
+def _data(t: Tensor) -> Any:
+    assert t.data is not None  # decoded by validation
+    return t.data
+
+
+def _version_text(version: Any) -> str:
+    return "" if version is None or int(version) < 0 else str(version)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _drain(replies: Any) -> Iterator[Any]:
+    while True:
+        resp, final = replies.get()
+        yield resp
+        if final:
+            return
+
+
+async def auto_complete_in_process(
+    model_file: str, model_name: str, config: dict[str, Any]
+) -> dict[str, Any]:
+    """Run a model's ``auto_complete_config`` in this process (on a worker thread)."""
+
+    def run() -> dict[str, Any]:
+        module = import_isolated(model_file, f"_modelyard_autocomplete.{model_name}")
+        cls = getattr(module, "TritonPythonModel", None)
+        fn = getattr(cls, "auto_complete_config", None)
+        if fn is None:
+            return config
+        result = fn(pb.ModelConfig(config))
+        if not isinstance(result, pb.ModelConfig):
+            raise InternalError(
+                f"auto_complete_config function in model '{model_name}' must return a valid "
+                "pb.ModelConfig object."
+            )
+        completed: dict[str, Any] = result.as_dict()
+        return completed
+
+    try:
+        return await asyncio.to_thread(run)
+    except ModelyardError:
+        raise
+    except BaseException as e:
+        raise InternalError(format_exception(e)) from None
+
+
+class InProcessInstance(Instance):
+    def __init__(self, spec: WorkerSpec, core: InferenceServer):
+        self.spec = spec
+        self.name = spec.instance_name
+        self.core = core
+        self.model: Any = None
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"modelyard-{spec.instance_name}")
+        self.runtime: InProcessRuntime | None = None
+        self._outputs: list[str] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.sync_execute = False
+
+    async def _in_thread(self, fn: Any, *args: Any) -> Any:
+        rt = self.runtime
+
+        def call() -> Any:
+            with pb.runtime_context(rt):
+                return fn(*args)
+
+        return await asyncio.get_running_loop().run_in_executor(self._thread, call)
+
+    async def start(self) -> None:
+        import json
+
+        loop = asyncio.get_running_loop()
+        spec = self.spec
+        self.runtime = InProcessRuntime(self.core, loop, os.path.dirname(spec.model_file), self)
+        if pb.get_runtime() is None:
+            # Threads a model starts see no context runtime; give them one that reaches the core.
+            pb.set_runtime(InProcessRuntime(self.core, loop))
+        self._outputs = [o["name"] for o in json.loads(spec.config_json).get("output", [])]
+        package = f"_modelyard_inprocess.{spec.model_name}_v{spec.version}_{spec.instance_name}"
+        self.runtime.package = package
+        try:
+            module = await self._in_thread(import_isolated, spec.model_file, package)
+            cls = getattr(module, "TritonPythonModel", None)
+            if cls is None:
+                raise InternalError(
+                    f"Python model '{spec.model_file}' has no class 'TritonPythonModel'"
+                )
+            self.model = await self._in_thread(cls)
+            self.sync_execute = not asyncio.iscoroutinefunction(
+                getattr(self.model, "execute", None)
+            )
+            if hasattr(self.model, "initialize"):
+                args = {
+                    "model_config": spec.config_json, "model_instance_kind": spec.instance_kind,
+                    "model_instance_name": spec.instance_name,
+                    "model_instance_device_id": str(spec.device_id),
+                    "model_repository": spec.model_dir, "model_version": str(spec.version),
+                    "model_name": spec.model_name,
+                }  # fmt: skip
+                result = await self._in_thread(self.model.initialize, args)
+                if asyncio.iscoroutine(result):
+                    with pb.runtime_context(self.runtime):
+                        await result
+        except ModelyardError:
+            raise
+        except BaseException as e:
+            raise InternalError(format_exception(e)) from None
+
+    async def stop(self) -> None:
+        if self.model is not None and hasattr(self.model, "finalize"):
+            try:
+                result = await self._in_thread(self.model.finalize)
+                if asyncio.iscoroutine(result):
+                    await result
+            except BaseException as e:
+                log.info("finalize of %s raised: %s", self.name, format_exception(e))
+        self._thread.shutdown(wait=False)
+
+    # -- execute ------------------------------------------------------------------------
+
+    def _request(self, ctx: RequestContext, direct: bool = False) -> Any:
+        r = ctx.request
+        assert self.runtime is not None
+        loop = self.runtime.loop
+        names = ctx.output_names if ctx.output_names is not None else self._outputs
+
+        def deliver(
+            resp: Any, flags: int, _ctx: RequestContext = ctx, _names: list[str] = names
+        ) -> None:
+            core_resp = self._core_response(_ctx, resp, bool(flags & 1), _names)
+            if direct or _on_loop(loop):
+                _ctx.send(core_resp)
+            else:
+                loop.call_soon_threadsafe(_ctx.send, core_resp)
+
+        sender = pb.InferenceResponseSender(  # type: ignore[attr-defined]
+            deliver, self.spec.decoupled, lambda: ctx.cancelled
+        )
+        inputs = [pb.Tensor._from_server(t.name, _data(t)) for t in r.inputs]
+        return pb.InferenceRequest._from_server(
+            request_id=r.id, correlation_id=r.correlation_id, model_name=self.spec.model_name,
+            model_version=self.spec.version, flags=r.flags, inputs=inputs,
+            requested_output_names=names, parameters=r.parameters or None, timeout=r.timeout_us,
+            response_sender=sender,
+        )  # fmt: skip
+
+    def _core_response(
+        self, ctx: RequestContext, resp: Any, final: bool, names: list[str]
+    ) -> InferResponse:
+        r = ctx.request
+        out = InferResponse(r.model_name, str(self.spec.version), r.id, final=final)
+        if resp is None:
+            out.flag_only = True
+            return out
+        err = resp.error()
+        if err is not None:
+            out.error = ModelyardError(err.message(), ErrorCode(error_code_name(int(err.code()))))
+            return out
+        wanted = set(names)
+        for t in resp.output_tensors():
+            if t.name() in wanted:
+                arr = t.as_numpy()
+                out.outputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
+        if resp._params:
+            out.parameters = dict(resp._params)
+        return out
+
+    def _collect(self, batch: list[RequestContext], requests: list[Any], returned: Any) -> None:
+        if self.spec.decoupled:
+            if returned is not None:
+                raise _BatchError(
+                    f"Python model '{self.name}' is using the decoupled mode and the execute "
+                    "function must return None."
+                )
+            return
+        if returned is None:
+            return
+        if not isinstance(returned, list):
+            raise _BatchError(
+                f"Expected a list in the execute return, found type '{type(returned)}'."
+            )
+        if len(returned) != len(requests):
+            raise _BatchError(
+                "Number of InferenceResponse objects do not match the number of InferenceRequest "
+                f"objects. InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) "
+                f"size is:{len(returned)}\n"
+            )
+        for resp in returned:
+            if resp is not None and not isinstance(resp, pb.InferenceResponse):
+                raise _BatchError(
+                    "Expected an 'InferenceResponse' object in the execute function return list, "
+                    f"found type '{type(resp)}'."
+                )
+        for ctx, req, resp in zip(batch, requests, returned, strict=True):
+            if resp is None:
+                continue
+            try:
+                req._response_sender._update_state(resp, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            except pb.TritonModelException as e:
+                log.error("%s", e)
+                continue
+            ctx.send(self._core_response(ctx, resp, True, req._requested_output_names))
+
+    def _fail(self, batch: list[RequestContext], detail: str) -> None:
+        err = InternalError(
+            f"Failed to process the request(s) for model '{self.name}', message: {detail}"
+        )
+        for ctx in batch:
+            r = ctx.request
+            ctx.send(InferResponse(r.model_name, r.model_version, r.id, error=err))
+
+    async def execute(self, batch: list[RequestContext]) -> None:
+        requests = [self._request(ctx) for ctx in batch]
+        rt = self.runtime
+
+        chain = frozenset({self.name}).union(*(ctx.chain for ctx in batch))
+
+        def run() -> Any:
+            _tls.chain, _tls.instance = chain, self.name
+            try:
+                with pb.runtime_context(rt):
+                    return self.model.execute(requests)
+            finally:
+                _tls.chain, _tls.instance = frozenset(), ""
+
+        if not self.sync_execute:
+            # Real concurrency: the instance takes the next batch while this one awaits.
+            with pb.runtime_context(rt):
+                task = asyncio.get_running_loop().create_task(self._run_async(batch, requests))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        try:
+            returned = await asyncio.get_running_loop().run_in_executor(self._thread, run)
+            if asyncio.iscoroutine(returned):
+                await self._finish(batch, requests, returned)
+                return
+            self._collect(batch, requests, returned)
+        except _BatchError as e:
+            self._fail(batch, str(e))
+        except BaseException as e:
+            self._fail(batch, format_exception(e))
+
+    def run_direct(self, batch: list[RequestContext]) -> None:
+        """Run a sync execute on the calling thread (a direct BLS call; see InProcessRuntime)."""
+        requests = [self._request(ctx, direct=True) for ctx in batch]
+        outer: frozenset[str] = getattr(_tls, "chain", frozenset())
+        outer_instance = getattr(_tls, "instance", "")
+        _tls.chain = outer.union({self.name}, *(ctx.chain for ctx in batch))
+        _tls.instance = self.name
+        try:
+            with pb.runtime_context(self.runtime):
+                returned = self.model.execute(requests)
+            self._collect(batch, requests, returned)
+        except _BatchError as e:
+            self._fail(batch, str(e))
+        except BaseException as e:
+            self._fail(batch, format_exception(e))
+        finally:
+            _tls.chain, _tls.instance = outer, outer_instance
+
+    async def _run_async(self, batch: list[RequestContext], requests: list[Any]) -> None:
+        await self._finish(batch, requests, self.model.execute(requests))
+
+    async def _finish(self, batch: list[RequestContext], requests: list[Any], coro: Any) -> None:
+        try:
+            returned = await coro
+            self._collect(batch, requests, returned)
+        except _BatchError as e:
+            self._fail(batch, str(e))
+        except BaseException as e:
+            if self.spec.decoupled:
+                log.error("%s", "".join(traceback.format_exception(e)))
+            self._fail(batch, format_exception(e))
+
+
+class _BatchError(Exception):
+    pass

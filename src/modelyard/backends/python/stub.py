@@ -1,0 +1,319 @@
+"""The worker process: imports one model.py and runs its TritonPythonModel.
+
+Started by the server as ``python -m modelyard.backends.python.stub FD SHM_PREFIX``. A reader
+thread receives frames; the main thread runs auto_complete_config / initialize / execute /
+finalize in order, one at a time, as Triton's stub does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import logging
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import traceback
+from typing import Any
+
+from modelyard.backends.python import ipc, shm
+
+log = logging.getLogger("modelyard.stub")
+
+
+# Frames from the server's own code are hidden: in Triton they are C++ and never show.
+_SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+_OWN_CODE = tuple(
+    os.path.join(_SRC, pkg) + os.sep for pkg in ("modelyard", "triton_python_backend_utils")
+)
+
+
+def format_exception(exc: BaseException) -> str:
+    """Triton's (pybind11's) text for a Python error: type, message and the model's frames,
+    innermost first."""
+    lines = [f"{type(exc).__name__}: {exc}", "", "At:"]
+    frames = traceback.extract_tb(exc.__traceback__)
+    for fr in reversed(frames):
+        path = os.path.abspath(fr.filename)
+        if path.startswith(_OWN_CODE) or "/concurrent/futures/" in path:
+            continue
+        lines.append(f"  {fr.filename}({fr.lineno}): {fr.name}")
+    return "\n".join(lines) + "\n"
+
+
+class Stub:
+    def __init__(self, sock: socket.socket, shm_prefix: str):
+        self.chan = ipc.BlockingChannel(sock)
+        self.pool = shm.ShmPool(shm_prefix, enabled=True)
+        self.mapper = shm.ShmMapper(self._released)
+        self._to_free: list[str] = []
+        self._free_lock = threading.Lock()
+        self.work: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self.model: Any = None
+        self.spec: dict[str, Any] = {}
+        self.pb: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.runtime: Any = None
+        self.phase = "starting"  # initialize -> ready -> finalize; BLS only when ready
+        self.executing = False  # the main thread is inside a sync execute
+        self.main_ident = threading.get_ident()
+
+    # -- channel ---------------------------------------------------------------------------
+
+    def _released(self, name: str) -> None:
+        with self._free_lock:
+            self._to_free.append(name)
+
+    def send(self, *message: Any) -> None:
+        if self._to_free:
+            with self._free_lock:
+                names, self._to_free = self._to_free, []
+            if names:
+                self.chan.send((ipc.FREE, names))
+        self.chan.send(message)
+
+    def reader(self) -> None:
+        while True:
+            msg = self.chan.recv()
+            if msg is None:
+                self.work.put(None)
+                return
+            kind = msg[0]
+            if kind == ipc.FREE:
+                self.pool.release(msg[1])
+            elif kind in (ipc.BLS_RESPONSE, ipc.CONTROL_RESULT, ipc.CANCEL):
+                if self.runtime is not None:
+                    self.runtime.deliver(msg)
+            else:
+                self.work.put(msg)
+
+    def run(self) -> None:
+        threading.Thread(target=self.reader, name="modelyard-reader", daemon=True).start()
+        self.send(ipc.READY)
+        while True:
+            msg = self.work.get()
+            if msg is None:
+                break
+            kind, call_id, payload = msg
+            try:
+                if kind == ipc.EXECUTE:
+                    result: Any = self.execute(call_id, payload)
+                elif kind == ipc.AUTOCOMPLETE:
+                    result = self.autocomplete(*payload)
+                elif kind == ipc.INIT:
+                    self.initialize(payload)
+                    result = None
+                elif kind == ipc.FINALIZE:
+                    self.finalize()
+                    self.send(ipc.RESULT, call_id, True, None)
+                    break
+                else:
+                    raise RuntimeError(f"unknown command {kind!r}")
+            except _Failure as f:
+                self.send(ipc.RESULT, call_id, False, (f.code, f.message))
+                continue
+            except BaseException as e:  # the model's code may raise anything
+                self.send(ipc.RESULT, call_id, False, ("INTERNAL", format_exception(e)))
+                continue
+            self.send(ipc.RESULT, call_id, True, result)
+        self.pool.close()
+
+    # -- model lifecycle -------------------------------------------------------------------
+
+    def _setup(self, spec: dict[str, Any]) -> None:
+        if self.pb is not None:
+            return
+        self.spec = spec
+        version_dir = os.path.dirname(spec["model_file"])
+        for p in (version_dir, spec["model_dir"]):
+            if p not in sys.path:
+                sys.path.append(p)
+        import triton_python_backend_utils as pb
+        from modelyard.backends.python.stub_runtime import StubRuntime
+
+        self.pb = pb
+        self.runtime = StubRuntime(self, spec)
+        pb.set_runtime(self.runtime)
+
+    def _import_model(self) -> Any:
+        spec = self.spec
+        path = spec["model_file"]
+        if not path.endswith(".py"):
+            raise _Failure("INTERNAL", f"Model name must end with '.py', got '{path}'")
+        if not os.path.isfile(path):
+            raise _Failure("INTERNAL", f"Python model file not found in '{path}'")
+        version = os.path.basename(os.path.dirname(path))
+        module_name = os.path.splitext(os.path.basename(path))[0]
+        # The version folder is a namespace package, so `from . import x` works as in Triton.
+        module = importlib.import_module(f"{version}.{module_name}")
+        cls = getattr(module, "TritonPythonModel", None)
+        if cls is None:
+            raise _Failure("INTERNAL", f"Python model '{path}' has no class 'TritonPythonModel'")
+        return cls
+
+    def autocomplete(self, spec: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+        self._setup(spec)
+        cls = self._import_model()
+        fn = getattr(cls, "auto_complete_config", None)
+        if fn is None:
+            return config
+        pb = self.pb
+        result = fn(pb.ModelConfig(config))
+        if not isinstance(result, pb.ModelConfig):
+            raise _Failure(
+                "INTERNAL",
+                f"auto_complete_config function in model '{spec['model_name']}' must return "
+                "a valid pb.ModelConfig object.",
+            )
+        completed: dict[str, Any] = result.as_dict()
+        return completed
+
+    def initialize(self, spec: dict[str, Any]) -> None:
+        self._setup(spec)
+        self.spec = spec
+        self.runtime.spec = spec
+        outputs = json.loads(spec["config_json"]).get("output", [])
+        self.runtime.all_outputs = [o["name"] for o in outputs]
+        cls = self._import_model()
+        self.model = cls()
+        if hasattr(self.model, "initialize"):
+            args = {
+                "model_config": spec["config_json"],
+                "model_instance_kind": spec["instance_kind"],
+                "model_instance_name": spec["instance_name"],
+                "model_instance_device_id": str(spec["device_id"]),
+                "model_repository": spec["model_dir"],
+                "model_version": str(spec["version"]),
+                "model_name": spec["model_name"],
+            }
+            self.phase = "initialize"
+            self._run_maybe_async(self.model.initialize(args))
+        self.phase = "ready"
+
+    def finalize(self) -> None:
+        self.phase = "finalize"
+        if self.model is not None and hasattr(self.model, "finalize"):
+            try:
+                self._run_maybe_async(self.model.finalize())
+            except BaseException as e:
+                log.info(
+                    "finalize of %s raised: %s", self.spec.get("instance_name"), format_exception(e)
+                )
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        """The instance's asyncio loop for `async def` methods, running on a daemon thread."""
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                ready.set()
+                loop.run_forever()
+
+            threading.Thread(target=run, name="modelyard-asyncio", daemon=True).start()
+            ready.wait(10)
+            self._loop = loop
+        return self._loop
+
+    def _run_maybe_async(self, result: Any) -> Any:
+        if asyncio.iscoroutine(result):
+            return asyncio.run_coroutine_threadsafe(result, self.event_loop()).result()
+        return result
+
+    # -- execute ---------------------------------------------------------------------------
+
+    def execute(self, call_id: int, items: list[tuple[Any, ...]]) -> Any:
+        if self.model is None or not hasattr(self.model, "execute"):
+            raise _Failure(
+                "INTERNAL",
+                f"Python model {self.spec.get('model_file')} does not implement `execute` method.",
+            )
+        requests = [self.runtime.make_request(item) for item in items]
+        self.executing = True
+        try:
+            returned = self.model.execute(requests)
+            if asyncio.iscoroutine(returned):
+                if self.spec["decoupled"]:
+                    self.runtime.run_in_background(returned, self.event_loop())
+                    returned = None
+                else:
+                    self._finish_async(call_id, requests, returned)
+                    return ipc.ASYNC_ACCEPTED
+            return self.runtime.collect_responses(requests, returned)
+        except _Failure as f:
+            raise _Failure("INTERNAL", self._batch_error(f.message)) from None
+        except BaseException as e:
+            raise _Failure("INTERNAL", self._batch_error(format_exception(e))) from None
+        finally:
+            self.executing = False
+
+    def _batch_error(self, detail: str) -> str:
+        return f"Failed to process the request(s) for model '{self.spec['instance_name']}', message: {detail}"
+
+    def _finish_async(self, call_id: int, requests: list[Any], coro: Any) -> None:
+        """Run a default-mode `async def execute` without blocking this instance: other
+        batches may start while it awaits (Triton serializes them)."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self.event_loop())
+
+        def done(f: Any) -> None:
+            try:
+                results = self.runtime.collect_responses(requests, f.result())
+            except _Failure as e:
+                self.send(ipc.RESPONSES, call_id, False, ("INTERNAL", self._batch_error(e.message)))
+            except BaseException as e:
+                self.send(
+                    ipc.RESPONSES,
+                    call_id,
+                    False,
+                    ("INTERNAL", self._batch_error(format_exception(e))),
+                )
+            else:
+                self.send(ipc.RESPONSES, call_id, True, results)
+
+        fut.add_done_callback(done)
+
+
+class _Failure(Exception):
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def main() -> None:
+    fd = int(sys.argv[1])
+    prefix = sys.argv[2]
+    # Shutdown is message-driven (as Triton's stub): a Ctrl-C at the terminal reaches the whole
+    # process group, and the server finalizes us in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    sock = socket.socket(fileno=fd)
+    stub = Stub(sock, prefix)
+    parent = os.getppid()
+
+    def watch_parent() -> None:
+        # Exit on our own if the server dies without closing the socket cleanly.
+        while True:
+            threading.Event().wait(1.0)
+            if os.getppid() != parent:
+                stub.pool.close()
+                os._exit(1)
+
+    threading.Thread(target=watch_parent, name="modelyard-parent-watch", daemon=True).start()
+    try:
+        stub.run()
+    finally:
+        stub.pool.close()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

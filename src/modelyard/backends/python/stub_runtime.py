@@ -1,0 +1,188 @@
+"""The worker side of the pb_utils runtime hook: builds pb_utils requests from frames, turns
+the model's responses into frames, and carries logging, BLS and model control to the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from modelyard.backends.python import ipc, shm
+from modelyard.types import datatype_of
+
+if TYPE_CHECKING:
+    from modelyard.backends.python.stub import Stub
+
+log = logging.getLogger("modelyard.stub")
+
+# pb_utils.TritonError codes, in Triton's numbering.
+_CODE_NAMES = ["UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED",
+               "ALREADY_EXISTS", "CANCELLED"]  # fmt: skip
+
+
+def error_code_name(code: int) -> str:
+    return _CODE_NAMES[code] if 0 <= code < len(_CODE_NAMES) else "INTERNAL"
+
+
+class StubRuntime:
+    def __init__(self, stub: Stub, spec: dict[str, Any]):
+        self.stub = stub
+        self.spec = spec
+        import triton_python_backend_utils as pb
+
+        self.pb = pb
+        from modelyard.backends.python.stub_bls import BlsClient
+
+        self.bls = BlsClient(self)
+        self.cancelled: set[int] = set()
+        outputs = (
+            json.loads(spec["config_json"]).get("output", []) if spec.get("config_json") else []
+        )
+        self.all_outputs: list[str] = [o["name"] for o in outputs]
+
+    # -- requests in, responses out ----------------------------------------------------------
+
+    def make_request(self, item: tuple[Any, ...]) -> Any:
+        (key, req_id, corr_id, flags, inputs, output_names, params, timeout_us,
+         _model_name, _model_version) = item  # fmt: skip
+        pb = self.pb
+        tensors = []
+        for packed in inputs:
+            name, _datatype, arr = shm.unpack(packed, self.stub.mapper)
+            tensors.append(pb.Tensor._from_server(name, arr))
+        if output_names is None:
+            output_names = self.all_outputs
+        sender = pb.InferenceResponseSender(
+            lambda resp, fl, _k=key, _names=output_names: self._send(_k, resp, fl, _names),
+            bool(self.spec["decoupled"]),
+            lambda _k=key: _k in self.cancelled,
+        )
+        request = pb.InferenceRequest._from_server(
+            request_id=req_id, correlation_id=corr_id, model_name=self.spec["model_name"],
+            model_version=int(self.spec["version"]), flags=flags, inputs=tensors,
+            requested_output_names=output_names, parameters=params or None, timeout=timeout_us,
+            response_sender=sender,
+        )  # fmt: skip
+        request._modelyard_key = key
+        request._modelyard_outputs = output_names
+        return request
+
+    def pack_response(self, response: Any, output_names: list[str] | None) -> tuple[Any, ...]:
+        err = response.error()
+        if err is not None:
+            return ("err", err.message(), error_code_name(int(err.code())))
+        wanted = None if output_names is None else set(output_names)
+        outputs = []
+        for t in response.output_tensors():
+            name = t.name()
+            if wanted is not None and name not in wanted:
+                continue  # Triton drops outputs the client did not request
+            arr = t.as_numpy()
+            outputs.append(shm.pack(name, datatype_of(arr.dtype), arr, self.stub.pool))
+        return ("ok", outputs, response._params or None)
+
+    def collect_responses(self, requests: list[Any], returned: Any) -> list[Any]:
+        """Validate execute's return value as Triton does and pack each response."""
+        pb = self.pb
+        if self.spec["decoupled"]:
+            if returned is not None:
+                raise _failure(
+                    f"Python model '{self.spec['instance_name']}' is using the decoupled mode and "
+                    "the execute function must return None."
+                )
+            return [None] * len(requests)
+        if returned is None:
+            return [None] * len(requests)
+        if not isinstance(returned, list):
+            raise _failure(f"Expected a list in the execute return, found type '{type(returned)}'.")
+        if len(returned) != len(requests):
+            raise _failure(
+                "Number of InferenceResponse objects do not match the number of InferenceRequest "
+                f"objects. InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) "
+                f"size is:{len(returned)}\n"
+            )
+        results: list[Any] = []
+        for req, resp in zip(requests, returned, strict=False):
+            if resp is None:
+                results.append(None)
+                continue
+            if not isinstance(resp, pb.InferenceResponse):
+                raise _failure(
+                    "Expected an 'InferenceResponse' object in the execute function return list, "
+                    f"found type '{type(resp)}'."
+                )
+            results.append(self.pack_response(resp, req.requested_output_names()))
+        return results
+
+    def _send(self, key: int, response: Any, flags: int, output_names: list[str] | None) -> None:
+        payload = None if response is None else self.pack_response(response, output_names)
+        self.stub.send(ipc.SEND, key, payload, flags)
+
+    def run_in_background(
+        self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop
+    ) -> None:
+        fut = asyncio.run_coroutine_threadsafe(coro, loop)
+
+        def done(f: Any) -> None:
+            exc = f.exception()
+            if exc is not None:
+                from modelyard.backends.python.stub import format_exception
+
+                log.error("%s", format_exception(exc))
+
+        fut.add_done_callback(done)
+
+    # -- pb_utils.Runtime ----------------------------------------------------------------------
+
+    def log(self, level: int, message: str, filename: str, line: int) -> None:
+        self.stub.send(ipc.LOG, level, message, filename, line)
+
+    def model_dir(self) -> str:
+        import os
+
+        return str(os.path.dirname(self.spec["model_file"]))
+
+    def deliver(self, msg: tuple[Any, ...]) -> None:
+        """A BLS response, control result or cancellation from the server (reader thread)."""
+        if msg[0] == ipc.CANCEL:
+            self.cancelled.update(msg[1])
+            return
+        self.bls.deliver(msg)
+
+    def _check_bls(self) -> None:
+        if self.stub.phase != "ready":
+            raise self.pb.TritonModelException(
+                "BLS is only supported during the 'execute' function."
+            )
+
+    def exec(self, request: Any, decoupled: bool) -> Any:
+        self._check_bls()
+        return self.bls.exec(request, decoupled)
+
+    def async_exec(self, request: Any, decoupled: bool) -> Any:
+        self._check_bls()
+        return self.bls.async_exec(request, decoupled)
+
+    def _control(self, op: str, *args: Any) -> Any:
+        ok, payload = self.bls.control(op, args)
+        if not ok:
+            raise self.pb.TritonModelException(payload)
+        return payload
+
+    def load_model(self, name: str, config: str, files: dict[str, bytes] | None) -> None:
+        self._control("load", name, config, files or {})
+
+    def unload_model(self, name: str, unload_dependents: bool) -> None:
+        self._control("unload", name, unload_dependents)
+
+    def is_model_ready(self, name: str, version: str) -> bool:
+        return bool(self._control("ready", name, version))
+
+
+def _failure(message: str) -> Exception:
+    from modelyard.backends.python.stub import _Failure
+
+    return _Failure("INTERNAL", message)

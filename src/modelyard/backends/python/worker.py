@@ -1,0 +1,419 @@
+"""Server side of one Python model instance running in its own worker process.
+
+The worker (stub.py) is a fresh interpreter started with ``-m modelyard.backends.python.stub``;
+it talks to us over a Unix socket pair (ipc.py) and moves large tensors through shared memory
+(shm.py). One ``execute`` runs at a time per instance, as in Triton.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from modelyard.backends.base import Instance, RequestContext
+from modelyard.backends.python import ipc, shm
+from modelyard.errors import ErrorCode, InternalError, ModelyardError
+from modelyard.types import InferResponse, Tensor
+
+log = logging.getLogger("modelyard")
+
+_worker_ids = itertools.count(1)
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs to import and initialize the model."""
+
+    model_name: str
+    version: int
+    model_dir: str  # <repo>/<model>
+    model_file: str  # <repo>/<model>/<version>/model.py
+    instance_name: str
+    instance_kind: str  # "CPU" / "MODEL"
+    device_id: int
+    config_json: str  # the complete config, Triton's JSON
+    decoupled: bool
+    python: str = sys.executable
+    shm_enabled: bool = True
+    start_timeout: float = 30.0
+    init_timeout: float = 600.0
+
+
+class WorkerHandlers:
+    """Hooks a worker calls back into the server for (BLS, logging, model control)."""
+
+    def on_log(self, level: int, message: str, filename: str, line: int, instance: str) -> None:
+        log.log(level, "%s:%d] %s", os.path.basename(filename), line, message)
+
+    def on_bls(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
+        worker.send_bls_error(call_id, "BLS is not available in this server build", "UNSUPPORTED")
+
+    def on_control(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
+        worker.send(
+            ipc.CONTROL_RESULT, call_id, False, ("UNSUPPORTED", "model control is not available")
+        )
+
+
+class PythonWorker(Instance):
+    def __init__(self, spec: WorkerSpec, handlers: WorkerHandlers | None = None):
+        self.spec = spec
+        self.name = spec.instance_name
+        self.handlers = handlers or WorkerHandlers()
+        self._wid = next(_worker_ids)
+        self._prefix = f"modelyard-{os.getpid()}-{self._wid}"
+        self._pool = shm.ShmPool(self._prefix + "-s", enabled=spec.shm_enabled)
+        self.mapper = shm.ShmMapper(self._on_segment_released)
+        self._running: list[RequestContext] = []
+        self._to_free: list[str] = []
+        self._flush_scheduled = False
+        self._proto: ipc.FrameProtocol | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._call_ids = itertools.count(1)
+        # request key -> context, while a response may still come
+        self._live: dict[int, RequestContext] = {}
+        self._async_batches: dict[int, list[int]] = {}  # execute call id -> request keys
+        self._keys = itertools.count(1)
+        self._alive = False
+        self._lost = asyncio.Event()
+        self._exec_lock = asyncio.Lock()
+        self._stopping = False
+        self._started = False
+        self._restart: asyncio.Task[None] | None = None
+        self.restarts = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def healthy(self) -> bool:
+        return self._alive and (self._restart is None or self._restart.done())
+
+    async def spawn(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                self.spec.python, "-m", "modelyard.backends.python.stub", str(child.fileno()),
+                self._prefix + "-w", pass_fds=(child.fileno(),),
+                env=_worker_env(),
+            )  # fmt: skip
+        finally:
+            child.close()
+        _, proto = await self._loop.create_unix_connection(
+            lambda: ipc.FrameProtocol(self._on_message, self._on_lost), sock=parent
+        )
+        self._proto = proto
+        self._alive = True
+        await self._call(ipc.READY, None, self.spec.start_timeout, "start")
+
+    async def autocomplete(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Run the model's auto_complete_config on ``config`` (Triton's dict shape)."""
+        result: dict[str, Any] = await self._call(
+            ipc.AUTOCOMPLETE,
+            (self._spec_payload(), config),
+            self.spec.init_timeout,
+            "auto-complete",
+        )
+        return result
+
+    async def start(self) -> None:
+        if self._proto is None:
+            await self.spawn()
+        await self._call(ipc.INIT, self._spec_payload(), self.spec.init_timeout, "initialize")
+        self._started = True
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._restart is not None:
+            self._restart.cancel()
+        if self._alive:
+            try:
+                await self._call(ipc.FINALIZE, None, 30.0, "finalize")
+            except ModelyardError as e:
+                log.warning("finalize of %s: %s", self.name, e.message)
+        if self._proto is not None and self._proto.transport is not None:
+            self._proto.transport.close()
+        if self._proc is not None:
+            try:
+                await asyncio.wait_for(self._proc.wait(), 10.0)
+            except asyncio.TimeoutError:
+                self._proc.kill()
+                await self._proc.wait()
+        self._alive = False
+        self._pool.close()
+        shm.sweep(self._prefix)
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.returncode is None:
+            self._proc.kill()
+
+    def _spec_payload(self) -> dict[str, Any]:
+        s = self.spec
+        return {
+            "model_name": s.model_name, "version": s.version, "model_dir": s.model_dir,
+            "model_file": s.model_file, "instance_name": s.instance_name,
+            "instance_kind": s.instance_kind, "device_id": s.device_id,
+            "config_json": s.config_json, "decoupled": s.decoupled, "shm": s.shm_enabled,
+        }  # fmt: skip
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def send(self, *message: Any) -> None:
+        if self._proto is None:
+            raise InternalError(f"Stub process '{self.name}' is not healthy.")
+        if self._to_free:
+            self._proto.send((ipc.FREE, self._to_free))
+            self._to_free = []
+        self._proto.send(message)
+
+    async def _call(self, kind: str, payload: Any, timeout: float, what: str) -> Any:
+        assert self._loop is not None
+        call_id = next(self._call_ids) if kind != ipc.READY else 0
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._calls[call_id] = fut
+        try:
+            if kind != ipc.READY:
+                self.send(kind, call_id, payload)
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            self.kill()
+            raise InternalError(
+                f"{what} of model instance '{self.name}' did not finish within {timeout:g} s"
+            ) from None
+        finally:
+            self._calls.pop(call_id, None)
+
+    async def _execute_call(self, items: list[Any]) -> tuple[int, Any]:
+        # No timer on the hot path: a worker that dies fails this call through _on_lost, and
+        # a hung model is bounded by the caller's timeout (client deadline, BLS timeout).
+        assert self._loop is not None
+        call_id = next(self._call_ids)
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._calls[call_id] = fut
+        try:
+            self.send(ipc.EXECUTE, call_id, items)
+            return call_id, await fut
+        finally:
+            self._calls.pop(call_id, None)
+
+    def _on_message(self, msg: tuple[Any, ...]) -> None:
+        kind = msg[0]
+        if kind == ipc.SEND:
+            self._on_send(msg[1], msg[2], msg[3])
+        elif kind == ipc.RESULT:
+            fut = self._calls.get(msg[1])
+            if fut is not None and not fut.done():
+                ok, payload = msg[2], msg[3]
+                if ok:
+                    fut.set_result(payload)
+                else:
+                    code, text = payload
+                    fut.set_exception(ModelyardError(text, ErrorCode(code)))
+        elif kind == ipc.READY:
+            fut = self._calls.get(0)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+        elif kind == ipc.FREE:
+            self._pool.release(msg[1])
+        elif kind == ipc.RESPONSES:
+            self._on_async_results(msg[1], msg[2], msg[3])
+        elif kind == ipc.LOG:
+            self.handlers.on_log(msg[1], msg[2], msg[3], msg[4], self.name)
+        elif kind == ipc.BLS:
+            self.handlers.on_bls(self, msg[1], msg[2])
+        elif kind == ipc.CONTROL:
+            self.handlers.on_control(self, msg[1], msg[2])
+
+    def _on_lost(self) -> None:
+        was_alive = self._alive
+        self._alive = False
+        self._proto = None
+        err = InternalError(f"Stub process '{self.name}' is not healthy.")
+        for fut in self._calls.values():
+            if not fut.done():
+                fut.set_exception(err)
+        for ctx in list(self._live.values()):
+            ctx.send(_error_response(ctx, err))
+        self._live.clear()
+        self._async_batches.clear()
+        if was_alive and not self._stopping and self._loop is not None and self._started:
+            log.error("worker process of model instance '%s' exited; restarting it", self.name)
+            self._restart = self._loop.create_task(self._restart_worker())
+
+    async def _restart_worker(self) -> None:
+        if self._proc is not None:
+            await self._proc.wait()
+        self._pool.close()
+        shm.sweep(self._prefix)
+        self._pool = shm.ShmPool(self._prefix + "-s", enabled=self.spec.shm_enabled)
+        self.mapper.forget_prefix(self._prefix)
+        try:
+            await self.spawn()
+            await self._call(ipc.INIT, self._spec_payload(), self.spec.init_timeout, "initialize")
+            self.restarts += 1
+            log.info("model instance '%s' restarted", self.name)
+        except ModelyardError as e:
+            log.error("restart of model instance '%s' failed: %s", self.name, e.message)
+
+    def _on_segment_released(self, name: str) -> None:
+        # Runs wherever the last view died (any thread); FREE rides on the next frame we send
+        # or is flushed shortly after.
+        self._to_free.append(name)
+        loop = self._loop
+        if loop is not None and not self._flush_scheduled:
+            self._flush_scheduled = True
+            try:
+                loop.call_soon_threadsafe(self._flush_free)
+            except RuntimeError:
+                pass  # loop closed: the pool is going away anyway
+
+    def _flush_free(self) -> None:
+        self._flush_scheduled = False
+        if self._to_free and self._proto is not None:
+            names, self._to_free = self._to_free, []
+            with contextlib.suppress(ConnectionError):
+                self._proto.send((ipc.FREE, names))
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def waiting_chain(self) -> frozenset[str]:
+        """This instance plus every instance waiting on the batch it is running."""
+        chain = {self.name}
+        for ctx in self._running:
+            chain |= ctx.chain
+        return frozenset(chain)
+
+    def pack_tensor(self, t: Tensor) -> shm.Packed:
+        assert t.data is not None
+        return shm.pack(t.name, t.datatype, t.data, self._pool)
+
+    async def execute(self, batch: list[RequestContext]) -> None:
+        async with self._exec_lock:
+            if self._restart is not None and not self._restart.done():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._restart), self.spec.init_timeout)
+            if not self._alive:
+                err = InternalError(f"Stub process '{self.name}' is not healthy.")
+                for ctx in batch:
+                    ctx.send(_error_response(ctx, err))
+                return
+            items = []
+            keys = []
+            for ctx in batch:
+                key = next(self._keys)
+                keys.append(key)
+                self._live[key] = ctx
+                ctx.on_cancel = lambda k=key: self._send_cancel(k)
+                items.append(self._pack_request(key, ctx))
+            self._running = batch
+            try:
+                call_id, results = await self._execute_call(items)
+            except ModelyardError as e:
+                self._running = []
+                self._fail(keys, e)
+                return
+            self._running = []
+            if results == ipc.ASYNC_ACCEPTED:
+                # `async def execute`: the coroutine runs on in the worker and this instance
+                # takes the next batch; results come later in a RESPONSES frame.
+                self._async_batches[call_id] = keys
+                return
+            self._deliver(keys, results)
+
+    def _deliver(self, keys: list[int], results: list[Any]) -> None:
+        for key, result in zip(keys, results, strict=False):
+            ctx = self._live.get(key)
+            if ctx is None:
+                continue
+            if result is not None:
+                ctx.send(self._unpack_response(ctx, result, final=True))
+            # A request not answered yet stays live: its response sender may still answer.
+            if ctx.done:
+                self._live.pop(key, None)
+
+    def _send_cancel(self, key: int) -> None:
+        if key in self._live and self._proto is not None:
+            with contextlib.suppress(ConnectionError):
+                self._proto.send((ipc.CANCEL, [key]))
+
+    def _fail(self, keys: list[int], err: ModelyardError) -> None:
+        for key in keys:
+            ctx = self._live.pop(key, None)
+            if ctx is not None:
+                ctx.send(_error_response(ctx, err))
+
+    def _on_async_results(self, call_id: int, ok: bool, payload: Any) -> None:
+        keys = self._async_batches.pop(call_id, None)
+        if keys is None:
+            return
+        if ok:
+            self._deliver(keys, payload)
+        else:
+            self._fail(keys, ModelyardError(payload[1], ErrorCode(payload[0])))
+
+    def _pack_request(self, key: int, ctx: RequestContext) -> tuple[Any, ...]:
+        r = ctx.request
+        inputs = []
+        for t in r.inputs:
+            assert t.data is not None
+            inputs.append(shm.pack(t.name, t.datatype, t.data, self._pool))
+        return (key, r.id, r.correlation_id, r.flags, inputs, ctx.output_names,
+                r.parameters, r.timeout_us, r.model_name, r.model_version)  # fmt: skip
+
+    def _unpack_response(self, ctx: RequestContext, payload: Any, final: bool) -> InferResponse:
+        req = ctx.request
+        resp = InferResponse(req.model_name, str(self.spec.version), req.id, final=final)
+        if payload[0] == "err":
+            resp.error = ModelyardError(payload[1], ErrorCode(payload[2]))
+            return resp
+        _, outputs, params = payload
+        for packed in outputs:
+            name, datatype, arr = shm.unpack(packed, self.mapper)
+            resp.outputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
+        if params:
+            resp.parameters = params
+        return resp
+
+    def _on_send(self, key: int, payload: Any, flags: int) -> None:
+        ctx = self._live.get(key)
+        if ctx is None:
+            return
+        final = bool(flags & 1)
+        if payload is None:
+            if final:
+                self._live.pop(key, None)
+                ctx.send(InferResponse(ctx.request.model_name, str(self.spec.version),
+                                       ctx.request.id, final=True, flag_only=True))  # fmt: skip
+            return
+        resp = self._unpack_response(ctx, payload, final)
+        if final:
+            self._live.pop(key, None)
+        ctx.send(resp)
+
+    def send_bls_error(self, call_id: int, message: str, code: str) -> None:
+        self.send(ipc.BLS_RESPONSE, call_id, ("err", message, code), True)
+
+
+def _error_response(ctx: RequestContext, err: ModelyardError) -> InferResponse:
+    r = ctx.request
+    return InferResponse(r.model_name, r.model_version, r.id, error=err, final=True)
+
+
+def _worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The worker must import this very modelyard and pb_utils, wherever they are installed.
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+Callback = Callable[[], None]

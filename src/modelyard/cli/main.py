@@ -1,0 +1,111 @@
+"""`modelyard` command line: `modelyard serve` takes Triton's flag names and defaults."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def _bool(value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
+
+
+def _flag(p: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
+    p.add_argument(name, type=_bool, nargs="?", const=True, default=default, metavar="BOOL",
+                   help=f"{help} (default: {str(default).lower()})")  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="modelyard", description=(
+        "Serve Triton Inference Server model repositories (Python backend, BLS) over "
+        "Triton's HTTP and gRPC protocol."))  # fmt: skip
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the inference server",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+    s.add_argument("--model-repository", "--model-store", action="append", default=[],
+                   dest="model_repository", metavar="PATH", required=True,
+                   help="model repository folder; repeat for several")  # fmt: skip
+    s.add_argument("--http-port", type=int, default=8000, help="HTTP port (0 picks a free one)")
+    s.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0 picks a free one)")
+    s.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics port")
+    s.add_argument("--http-address", default="0.0.0.0", help="address the HTTP server binds")
+    s.add_argument("--grpc-address", default="0.0.0.0", help="address the gRPC server binds")
+    s.add_argument("--metrics-address", default="0.0.0.0", help="address the metrics server binds")
+    _flag(s, "--allow-http", True, "serve HTTP/REST")
+    _flag(s, "--allow-grpc", True, "serve gRPC")
+    _flag(s, "--allow-metrics", True, "serve Prometheus metrics")
+    s.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none",
+                   help="none: load every model at start; explicit: only --load-model and the "
+                        "repository API load models")  # fmt: skip
+    s.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with explicit mode, a model to load at start ('*' for all); repeatable",
+    )
+    s.add_argument(
+        "--repository-poll-secs",
+        type=float,
+        default=15.0,
+        help="how often poll mode rescans the repositories",
+    )
+    s.add_argument(
+        "--model-load-thread-count", type=int, default=4, help="models loaded in parallel"
+    )
+    _flag(
+        s,
+        "--strict-model-config",
+        False,
+        "require complete config.pbtxt files (turns auto-complete off)",
+    )
+    s.add_argument(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="do not auto-complete model configurations",
+    )
+    _flag(s, "--strict-readiness", True, "server ready only when every model is ready")
+    s.add_argument("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE",
+                   help="backend setting, e.g. python,default-max-batch-size=8 or "
+                        "python,shm-enabled=false; repeatable")  # fmt: skip
+    _flag(s, "--exit-on-error", False, "exit when a model fails to load")
+    s.add_argument(
+        "--exit-timeout-secs",
+        type=float,
+        default=30.0,
+        help="on shutdown, how long in-flight requests may take before cancellation",
+    )
+    s.add_argument("--log-verbose", type=int, default=0, help="verbose log level (0 = off)")
+    s.add_argument("--id", default="triton", help="server id reported in server metadata")
+    return parser
+
+
+def parse_backend_config(items: Sequence[str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        backend, sep, setting = item.partition(",")
+        key, eq, value = setting.partition("=")
+        if not sep or not eq or not backend or not key:
+            raise SystemExit(f"--backend-config expects BACKEND,KEY=VALUE, got '{item}'")
+        out.setdefault(backend, {})[key] = value
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        from modelyard.server import serve
+
+        sys.exit(serve(args))
+
+
+if __name__ == "__main__":
+    main()

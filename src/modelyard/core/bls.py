@@ -1,0 +1,171 @@
+"""Serving BLS calls from Python workers through the core, like any client request.
+
+Each call carries the chain of instances blocked waiting on it (the caller, and whoever waits
+on the caller's current batch). The scheduler uses it to answer a call that could never run
+(every instance of the target is in the chain) with an error instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from modelyard.backends.python import ipc, shm
+from modelyard.backends.python.worker import PythonWorker, WorkerHandlers
+from modelyard.errors import ErrorCode, ModelyardError
+from modelyard.types import InferRequest, InferResponse, Tensor
+
+if TYPE_CHECKING:
+    from modelyard.core.server import InferenceServer
+
+log = logging.getLogger("modelyard")
+
+
+def start_bls(
+    core: InferenceServer,
+    request: InferRequest,
+    decoupled: bool,
+    chain: frozenset[str],
+    emit: Callable[[InferResponse, bool], None],
+    caller: str = "",
+) -> None:
+    """Start one BLS request from the event loop thread; every outcome reaches
+    ``emit(response, final)``, errors as error responses, exactly one with final=True.
+    Never raises. No task per call: responses are relayed as the core delivers them."""
+    name = request.model_name
+    done = False
+    timer: asyncio.TimerHandle | None = None
+    ctx: Any = None
+
+    def error(text: str, code: str) -> None:
+        err = ModelyardError(text, ErrorCode(code))
+        emit(InferResponse(name, request.model_version, request.id, error=err), True)
+
+    def on_response(resp: InferResponse) -> None:
+        nonlocal done
+        if done:
+            return
+        final = resp.final or not decoupled
+        if final:
+            done = True
+            if timer is not None:
+                timer.cancel()
+        emit(resp, final)
+
+    def on_timeout() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            if ctx is not None:
+                ctx.cancel()
+            error("Request timeout expired", "UNAVAILABLE")
+
+    try:
+        if not decoupled and core.get_version(name, request.model_version).decoupled:
+            raise ModelyardError(
+                f"Model {name} is using the decoupled. The current BLS request call doesn't "
+                "support models using the decoupled transaction policy. Please use "
+                "'decoupled=True' argument to the 'exec' or 'async_exec' calls for decoupled "
+                "models.'"
+            )
+        if request.timeout_us > 0:
+            # Beyond Triton, the timeout bounds the whole call, not only queueing.
+            timer = asyncio.get_running_loop().call_later(request.timeout_us / 1e6, on_timeout)
+        ctx = core.submit(request, on_response, chain, caller)
+    except ModelyardError as e:
+        if timer is not None:
+            timer.cancel()
+        done = True
+        # Errors before the target ran carry Triton's BLS prefix; the target's own errors
+        # come through its responses unchanged.
+        error(f"Model {name} - Error when running inference: {e.message}", e.code.value)
+    except Exception as e:  # never leave the caller waiting
+        log.exception("BLS call to '%s' failed", name)
+        done = True
+        error(f"BLS request failed: {e}", "INTERNAL")
+
+
+class CoreHandlers(WorkerHandlers):
+    def __init__(self, core: InferenceServer):
+        self.core = core
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def on_log(self, level: int, message: str, filename: str, line: int, instance: str) -> None:
+        log.log(level, "%s:%d] %s", os.path.basename(filename), line, message)
+
+    def on_bls(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
+        spec, decoupled = payload
+        try:
+            request = self._request(worker, spec)
+        except ModelyardError as e:
+            self._reply(worker, call_id, ("err", e.message, e.code.value), True)
+            return
+        blocking = bool(spec.get("blocking"))
+        chain = worker.waiting_chain() if blocking else frozenset()
+
+        def emit(resp: InferResponse, final: bool) -> None:
+            self._reply(worker, call_id, self._payload(worker, resp), final)
+
+        start_bls(self.core, request, decoupled, chain, emit, worker.name if blocking else "")
+
+    def on_control(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
+        task = asyncio.get_running_loop().create_task(self._control(worker, call_id, payload))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _control(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
+        op, args = payload
+        try:
+            if op == "load":
+                name, config, files = args
+                await self.core.load_model(name, config or None, files or None, from_model=True)
+                result: Any = None
+            elif op == "unload":
+                await self.core.unload_model(args[0], args[1], from_model=True)
+                result = None
+            elif op == "ready":
+                result = self.core.model_ready(args[0], args[1])
+            else:
+                raise ModelyardError(f"unknown model control operation '{op}'")
+        except ModelyardError as e:
+            self._send_control(worker, call_id, False, e.message)
+            return
+        except Exception as e:
+            self._send_control(worker, call_id, False, f"{type(e).__name__}: {e}")
+            return
+        self._send_control(worker, call_id, True, result)
+
+    def _send_control(self, worker: PythonWorker, call_id: int, ok: bool, payload: Any) -> None:
+        with contextlib.suppress(ModelyardError, ConnectionError):
+            worker.send(ipc.CONTROL_RESULT, call_id, ok, payload)
+
+    def _request(self, worker: PythonWorker, spec: dict[str, Any]) -> InferRequest:
+        inputs = []
+        for packed in spec["inputs"]:
+            name, datatype, arr = shm.unpack(packed, worker.mapper)
+            inputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
+        from modelyard.types import RequestedOutput
+
+        outputs = [RequestedOutput(n) for n in spec["outputs"]] or None
+        return InferRequest(
+            model_name=spec["model_name"], inputs=inputs, model_version=spec["model_version"],
+            id=spec["id"], outputs=outputs, parameters=dict(spec["parameters"]),
+            correlation_id=spec["correlation_id"], flags=spec["flags"],
+            timeout_us=spec["timeout_us"],
+        )  # fmt: skip
+
+    def _payload(self, worker: PythonWorker, resp: InferResponse) -> Any:
+        if resp.error is not None:
+            return ("err", resp.error.message, resp.error.code.value)
+        outputs = [worker.pack_tensor(t) for t in resp.outputs]
+        return ("ok", outputs, resp.parameters)
+
+    def _reply(self, worker: PythonWorker, call_id: int, payload: Any, final: bool) -> None:
+        try:
+            worker.send(ipc.BLS_RESPONSE, call_id, payload, final)
+        except (ModelyardError, ConnectionError):
+            pass  # the caller's process is gone

@@ -1,0 +1,176 @@
+"""Turning a model folder into running versions: config, auto-complete, instances."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelyard.backends.base import Instance
+from modelyard.backends.python.backend import (
+    PythonBackendOptions,
+    create_instances,
+    run_auto_complete,
+)
+from modelyard.backends.python.worker import PythonWorker, WorkerHandlers
+from modelyard.config import render
+from modelyard.config.normalize import normalize_config
+from modelyard.config.pbtxt import load_config_file
+from modelyard.config.repository import available_versions, select_versions
+from modelyard.config.validate import validate_config
+from modelyard.core.stats import ModelStats
+from modelyard.core.validation import ModelSignature, signature_from_config
+from modelyard.errors import ModelyardError, Unsupported
+from modelyard.scheduling.base import Scheduler
+from modelyard.scheduling.default import DefaultScheduler
+from modelyard.scheduling.dynamic import BatcherConfig, DynamicBatcher
+from modelyard.scheduling.sequence import SequenceBatcher
+
+log = logging.getLogger("modelyard")
+
+
+@dataclass
+class LoadOptions:
+    auto_complete: bool = True
+    backend_settings: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def python(self) -> PythonBackendOptions:
+        return PythonBackendOptions.from_settings(self.backend_settings.get("python", {}))
+
+
+@dataclass(eq=False)
+class ModelVersion:
+    name: str
+    version: int
+    config: Any  # model_config_pb2.ModelConfig, normalized
+    config_json: str
+    signature: ModelSignature
+    decoupled: bool
+    instances: list[Instance]
+    scheduler: Scheduler
+    stats: ModelStats
+
+    @property
+    def platform(self) -> str:
+        return str(self.config.platform or self.config.backend)
+
+    async def stop(self, drain_timeout: float) -> None:
+        await self.scheduler.drain(drain_timeout)
+        await asyncio.gather(*(i.stop() for i in self.instances), return_exceptions=True)
+
+
+def _detect_backend(cfg: Any, model_dir: str) -> None:
+    """Fill backend/platform from the model files when the config names neither."""
+    if cfg.backend or cfg.platform:
+        if cfg.platform == "onnxruntime_onnx" and not cfg.backend:
+            cfg.backend = "onnxruntime"
+        return
+    for entry in sorted(os.listdir(model_dir)):
+        vdir = os.path.join(model_dir, entry)
+        if not (entry.isdigit() and os.path.isdir(vdir)):
+            continue
+        files = set(os.listdir(vdir))
+        if cfg.default_model_filename and cfg.default_model_filename.endswith(".py"):
+            cfg.backend = "python"
+            return
+        if "model.py" in files:
+            cfg.backend = "python"
+            return
+        if "model.onnx" in files:
+            cfg.backend = "onnxruntime"
+            cfg.platform = "onnxruntime_onnx"
+            return
+        if "model.pt" in files:
+            cfg.backend = "pytorch"
+            cfg.platform = "pytorch_libtorch"
+            return
+
+
+def read_config(name: str, model_dir: str, override: Any | None) -> Any:
+    from tritonclient.grpc import model_config_pb2
+
+    if override is not None:
+        cfg = override
+    else:
+        path = os.path.join(model_dir, "config.pbtxt")
+        cfg = load_config_file(path) if os.path.isfile(path) else model_config_pb2.ModelConfig()
+    if not cfg.name:
+        cfg.name = name
+    _detect_backend(cfg, model_dir)
+    return cfg
+
+
+async def load_model(
+    name: str,
+    model_dir: str,
+    opts: LoadOptions,
+    handlers: WorkerHandlers,
+    override: Any | None = None,
+) -> list[ModelVersion]:
+    """Load every version the policy selects; raise ModelyardError naming the cause."""
+    cfg = read_config(name, model_dir, override)
+    if cfg.backend != "python":
+        raise Unsupported(
+            f"model '{name}': backend '{cfg.backend or cfg.platform or 'unknown'}' is not supported"
+            " by this server (supported: python)"
+        )
+    py = opts.python
+    cfg = normalize_config(cfg, name, model_dir=model_dir, backend_default_max_batch_size=py.default_max_batch_size,
+                           auto_complete=opts.auto_complete)  # fmt: skip
+    versions = select_versions(cfg, available_versions(model_dir))
+    first: PythonWorker | None = None
+    if opts.auto_complete:
+        cfg, first = await run_auto_complete(cfg, model_dir, max(versions), py, handlers)
+        try:
+            cfg = normalize_config(cfg, name, model_dir=model_dir, backend_default_max_batch_size=py.default_max_batch_size,
+                                   auto_complete=True)  # fmt: skip
+        except BaseException:
+            if first is not None:
+                await first.stop()
+            raise
+    try:
+        validate_config(cfg)
+    except BaseException:
+        if first is not None:
+            await first.stop()
+        raise
+    loaded: list[ModelVersion] = []
+    try:
+        for v in sorted(versions, reverse=True):
+            instances = create_instances(cfg, model_dir, v, py, handlers, first)
+            first = None
+            results = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if errors:
+                await asyncio.gather(*(i.stop() for i in instances), return_exceptions=True)
+                err = errors[0]
+                if isinstance(err, ModelyardError):
+                    raise ModelyardError(
+                        f"Failed to initialize Python stub: {err.message}", err.code
+                    ) from None
+                raise err
+            sched: Scheduler
+            if cfg.HasField("sequence_batching"):
+                sched = SequenceBatcher(name, instances, cfg)
+            elif cfg.HasField("dynamic_batching") and cfg.max_batch_size > 0:
+                sched = DynamicBatcher(name, instances, BatcherConfig.from_config(cfg))
+            else:
+                sched = DefaultScheduler(name, instances)
+            stats = ModelStats(name, str(v))
+            sched.stats = stats
+            loaded.append(ModelVersion(
+                name=name, version=v, config=cfg, config_json=render.config_to_json(cfg),
+                signature=signature_from_config(cfg),
+                decoupled=bool(cfg.model_transaction_policy.decoupled),
+                instances=instances, scheduler=sched, stats=stats,
+            ))  # fmt: skip
+    except BaseException:
+        if first is not None:
+            await first.stop()
+        for mv in loaded:
+            await mv.stop(0.0)
+        raise
+    return loaded

@@ -1,0 +1,225 @@
+"""ModelStreamInfer: many requests in flight on one bidirectional stream, as Triton serves it.
+
+* Requests to non-decoupled models get exactly one response each, written in request order;
+  decoupled models' responses are written as they are produced.
+* Every response carries ``triton_final_response``. A decoupled model's flag-only FINAL is
+  sent (as an empty response) only when the request set
+  ``triton_enable_empty_final_response``.
+* A failed request produces a response with ``error_message`` and the stream stays open,
+  unless the client sent the metadata ``triton_grpc_error: true``: then the first error the
+  model returns ends the stream with its gRPC status (errors found before inference starts
+  still come back as ``error_message``, as in Triton 2.51).
+* After the client half-closes, the call ends once every in-flight request has finished.
+
+Bounded: at most ``MAX_IN_FLIGHT`` requests run per stream (further reads wait, so gRPC flow
+control pushes back on the client) and at most ``MAX_PENDING`` responses wait to be written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from modelyard.errors import ErrorCode, InternalError, ModelyardError
+from modelyard.frontends.grpc import codec, extensions
+from modelyard.frontends.grpc.codec import Decoded
+from modelyard.frontends.grpc.wire import EncodedResponse, WireInferRequest
+
+if TYPE_CHECKING:
+    from modelyard.frontends.grpc.servicer import Core
+
+log = logging.getLogger("modelyard")
+
+MAX_IN_FLIGHT = 1024
+MAX_PENDING = 1024
+
+# What the writer receives: a response (with the code of its error, if any), or None at the end.
+_Item = tuple[EncodedResponse, ErrorCode | None] | None
+
+
+def _wants_grpc_error(context: Any) -> bool:
+    for key, value in context.invocation_metadata() or ():
+        if key == "triton_grpc_error":
+            return bool(value == "true")
+    return False
+
+
+async def run_stream(
+    core: Core, request_iterator: AsyncIterator[WireInferRequest], context: Any
+) -> None:
+    session = _Session(core)
+    reader = asyncio.create_task(session.read(request_iterator))
+    grpc_error = _wants_grpc_error(context)
+    try:
+        while True:
+            item = await session.out.get()
+            if item is None:
+                break
+            response, code = item
+            if code is not None and grpc_error:
+                await context.abort(codec.grpc_status(code), response.error_message)
+            await context.write(response)
+        await reader  # re-raise what ended the reader, if anything
+    finally:
+        reader.cancel()
+        session.cancel()
+
+
+class _Session:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.out: asyncio.Queue[_Item] = asyncio.Queue(MAX_PENDING)
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        # Completion of the last non-decoupled request's write: the next one waits for it.
+        self.last_ordered: asyncio.Future[None] | None = None
+
+    def cancel(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+
+    async def read(self, request_iterator: AsyncIterator[WireInferRequest]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            async for wire in request_iterator:
+                await self.slots.acquire()
+                msg = wire.msg
+                decoupled = False
+                decoded: Decoded | None = None
+                error: ModelyardError | None = None
+                try:
+                    # Triton's order: version string, transaction policy, parameters, inputs.
+                    version = codec.check_version(msg.model_version)
+                    decoupled = self.core.is_decoupled(msg.model_name, version)
+                    decoded = codec.decode_infer_request(wire)
+                    if decoded.shm:
+                        extensions.prepare(self.core, decoded)
+                except ModelyardError as e:
+                    error = e
+                except Exception as e:
+                    log.exception("decoding a streamed inference request failed")
+                    error = InternalError(f"{type(e).__name__}: {e}")
+                if decoupled:
+                    wait, done = None, None
+                else:
+                    wait, done = self.last_ordered, loop.create_future()
+                    self.last_ordered = done
+                task = loop.create_task(self._run(msg, decoded, decoupled, error, wait, done))
+                self.tasks.add(task)
+                task.add_done_callback(self._finished)
+            while self.tasks:
+                await asyncio.wait(set(self.tasks))
+        except Exception:
+            await self.out.put(None)  # wake the writer, which re-raises this
+            raise
+        await self.out.put(None)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self.slots.release()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("streamed inference request failed", exc_info=task.exception())
+
+    async def _emit(self, response: EncodedResponse, code: ErrorCode | None = None) -> None:
+        await self.out.put((response, code))
+
+    async def _run(
+        self,
+        msg: Any,
+        decoded: Decoded | None,
+        decoupled: bool,
+        error: ModelyardError | None,
+        wait: asyncio.Future[None] | None,
+        done: asyncio.Future[None] | None,
+    ) -> None:
+        try:
+            if decoupled:
+                await self._run_decoupled(msg, decoded, error)
+                return
+            item = await self._run_one(msg, decoded, error)
+            if wait is not None and not wait.done():
+                await wait
+            await self._emit(*item)
+        finally:
+            if done is not None and not done.done():
+                done.set_result(None)
+
+    async def _run_one(
+        self, msg: Any, decoded: Decoded | None, error: ModelyardError | None
+    ) -> tuple[EncodedResponse, ErrorCode | None]:
+        """A non-decoupled request: its single response (or error), encoded."""
+        if error is not None or decoded is None:
+            return _pre_error(msg, error)
+        responses = self.core.infer_stream(decoded.request)
+        try:
+            async for response in responses:
+                if response.error is not None:
+                    return _model_error(msg, response.error, True)
+                if decoded.classification:
+                    extensions.classify_outputs(self.core, response, decoded.classification)
+                return codec.encode_infer_response(response, final=True), None
+        except ModelyardError as e:
+            return _pre_error(msg, e)
+        except Exception as e:
+            log.exception("streamed inference on '%s' failed", msg.model_name)
+            return _pre_error(msg, InternalError(f"{type(e).__name__}: {e}"))
+        finally:
+            await _close(responses)
+        return _pre_error(msg, InternalError("the model sent no response"))
+
+    async def _run_decoupled(
+        self, msg: Any, decoded: Decoded | None, error: ModelyardError | None
+    ) -> None:
+        if error is not None or decoded is None:
+            await self._emit(*_pre_error(msg, error))
+            return
+        empty_final = decoded.empty_final
+        classes = decoded.classification
+        responses = self.core.infer_stream(decoded.request)
+        try:
+            async for response in responses:
+                final = response.final
+                if response.error is not None:
+                    await self._emit(*_model_error(msg, response.error, final))
+                elif codec.is_flag_only_final(response):
+                    if empty_final:
+                        await self._emit(
+                            codec.encode_empty_final(msg.id, msg.model_name, msg.model_version)
+                        )
+                else:
+                    if classes:
+                        extensions.classify_outputs(self.core, response, classes)
+                    await self._emit(codec.encode_infer_response(response, final=final))
+                if final:
+                    break
+        except ModelyardError as e:
+            await self._emit(*_pre_error(msg, e))
+        except Exception as e:
+            log.exception("streamed inference on '%s' failed", msg.model_name)
+            await self._emit(*_pre_error(msg, InternalError(f"{type(e).__name__}: {e}")))
+        finally:
+            await _close(responses)
+
+
+def _pre_error(msg: Any, error: ModelyardError | None) -> tuple[EncodedResponse, None]:
+    """An error found before inference started (unknown model, bad input...): it comes back
+    with the request id only, and never ends the stream, even in ``triton_grpc_error`` mode
+    (as Triton 2.51 does)."""
+    if error is None:
+        error = InternalError("request could not be decoded")
+    return codec.encode_stream_error(error, msg.id), None
+
+
+def _model_error(msg: Any, error: ModelyardError, final: bool) -> tuple[EncodedResponse, ErrorCode]:
+    """An error response from the model: with model name, version as sent, and the final
+    flag; in ``triton_grpc_error`` mode it ends the stream with its status."""
+    encoded = codec.encode_stream_error(error, msg.id, msg.model_name, msg.model_version, final)
+    return encoded, error.code
+
+
+async def _close(responses: AsyncIterator[Any]) -> None:
+    aclose = getattr(responses, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -1,0 +1,241 @@
+"""Handlers for every endpoint except inference and generate.
+
+Each takes the core, the request and the route's captured segments and returns a response
+or raises ModelyardError (the router turns it into ``{"error": ...}`` with the table's
+status). JSON field type errors are Triton's INTERNAL (500) ones; see protocol.md §1.3.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import inspect
+import posixpath
+from typing import TYPE_CHECKING, Any
+
+from modelyard.errors import InternalError, InvalidArgument, NotFound, Unavailable, Unsupported
+from modelyard.frontends.http import codec
+from modelyard.frontends.http.util import (
+    Request,
+    Response,
+    empty_response,
+    json_response,
+    json_value_response,
+    message_response,
+    read_body,
+)
+
+if TYPE_CHECKING:
+    from modelyard.core.server import InferenceServer
+
+CUDA_SHM_UNSUPPORTED = "CUDA shared memory is not supported: this server has no GPU"
+SYSTEM_SHM_UNSUPPORTED = "system shared memory is not supported by this server yet"
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+async def _json_body(request: Request) -> dict[str, Any] | None:
+    """The body as a JSON object, or None when the body is empty."""
+    body = await read_body(request)
+    if not body:
+        return None
+    return codec.as_object(codec.parse_json(body))
+
+
+# -- health and metadata -----------------------------------------------------------------------
+
+
+def health(core: InferenceServer, kind: str) -> Response:
+    ok = core.is_live() if kind == "live" else core.is_ready()
+    return empty_response(200 if ok else 400)
+
+
+def server_metadata(core: InferenceServer) -> Response:
+    return json_value_response(core.server_metadata())
+
+
+def model_metadata(core: InferenceServer, model: str, version: str) -> Response:
+    return json_value_response(core.model_metadata(model, version))
+
+
+def model_ready(core: InferenceServer, model: str, version: str) -> Response:
+    if core.model_ready(model, version):
+        return empty_response(200)
+    return message_response("Model version not ready", 400, json=False)
+
+
+def model_config(core: InferenceServer, model: str, version: str) -> Response:
+    return json_response(core.model_config_json(model, version))
+
+
+def statistics(core: InferenceServer, model: str, version: str) -> Response:
+    return json_value_response(core.statistics(model, version))
+
+
+# -- repository --------------------------------------------------------------------------------
+
+
+async def repository_index(core: InferenceServer, request: Request) -> Response:
+    doc = await _json_body(request)
+    ready = False
+    if doc is not None and "ready" in doc:
+        ready = codec.as_bool(doc["ready"])
+    index = await _maybe_await(core.repository_index(ready))
+    return json_value_response(index)
+
+
+def _file_path(key: str) -> str:
+    path = key[len("file:") :]
+    norm = posixpath.normpath(path) if path else ""
+    if not path or path.startswith("/") or norm == ".." or norm.startswith("../"):
+        raise InvalidArgument(f"invalid file override path '{path}' in load parameter '{key}'")
+    return path
+
+
+async def load_model(core: InferenceServer, request: Request, model: str) -> Response:
+    doc = await _json_body(request)
+    config: str | None = None
+    files: dict[str, bytes] = {}
+    params = None if doc is None else doc.get("parameters")
+    if params is not None:
+        for key, value in codec.as_object(params).items():
+            text = codec.as_str(value)
+            if key == "config":
+                config = text
+            elif key.startswith("file:"):
+                path = _file_path(key)
+                try:
+                    files[path] = base64.b64decode(text, validate=True)
+                except (binascii.Error, ValueError):
+                    raise InvalidArgument(
+                        f"failed to decode base64 encoded content of load parameter '{key}'"
+                    ) from None
+            else:
+                raise InternalError("unexpected error on creating Triton parameter")
+    if files and config is None:
+        raise InvalidArgument("Load parameter 'config' must be specified for model file override")
+    await _maybe_await(core.load_model(model, config=config, files=files or None))
+    return empty_response(200, json=True)
+
+
+async def unload_model(core: InferenceServer, request: Request, model: str) -> Response:
+    doc = await _json_body(request)
+    dependents = False
+    params = None if doc is None else doc.get("parameters")
+    if params is not None and "unload_dependents" in codec.as_object(params):
+        dependents = codec.as_bool(params["unload_dependents"], "unload_dependents")
+    await _maybe_await(core.unload_model(model, unload_dependents=dependents))
+    return empty_response(200, json=True)
+
+
+# -- logging and trace -------------------------------------------------------------------------
+
+_LOG_BOOLS = ("log_info", "log_warning", "log_error")
+
+
+async def logging_settings(core: InferenceServer, request: Request) -> Response:
+    if request.method == "GET":
+        return json_value_response(core.get_log_settings())
+    doc = await _json_body(request) or {}
+    update: dict[str, Any] = {}
+    if doc.get("log_file") is not None:
+        raise Unsupported("log file location can not be updated through network protocol")
+    for key in _LOG_BOOLS:
+        if doc.get(key) is not None:
+            update[key] = codec.as_bool(doc[key])
+    if doc.get("log_verbose_level") is not None:
+        update["log_verbose_level"] = codec.as_uint(doc["log_verbose_level"])
+    if doc.get("log_format") is not None:
+        fmt = codec.as_str(doc["log_format"])
+        if fmt not in ("default", "ISO8601"):
+            raise Unavailable(f"invalid argument for --log_format, got: {fmt}")
+        update["log_format"] = fmt
+    return json_value_response(core.update_log_settings(update))
+
+
+def _trace_int(key: str, text: str, minimum: int) -> None:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise InvalidArgument(f"Unable to parse '{key}', got: {text}") from None
+    if value < minimum:
+        raise InvalidArgument(f"Unable to parse '{key}'. Expecting value >= {minimum}, got:{text}")
+
+
+async def trace_settings(core: InferenceServer, request: Request, model: str = "") -> Response:
+    if request.method == "GET":
+        return json_value_response(core.get_trace_settings(model))
+    doc = await _json_body(request) or {}
+    if "trace_file" in doc:
+        raise Unsupported("trace file location can not be updated through network protocol")
+    update: dict[str, Any] = {}
+    if "trace_level" in doc:
+        levels = doc["trace_level"]
+        if levels is not None:
+            levels = [codec.as_str(v) for v in codec.as_array(levels)]
+            if "OFF" in levels and len(levels) > 1:
+                raise InvalidArgument("Expect only one trace level 'OFF' is specified")
+        update["trace_level"] = levels
+    for key, minimum in (("trace_rate", 0), ("trace_count", -1), ("log_frequency", 0)):
+        if key in doc:
+            value = doc[key]
+            if value is not None:
+                value = codec.as_str(value)
+                _trace_int(key, value, minimum)
+            update[key] = value
+    return json_value_response(core.update_trace_settings(model, update))
+
+
+# -- shared memory -----------------------------------------------------------------------------
+
+
+async def system_shm(core: InferenceServer, request: Request, region: str, action: str) -> Response:
+    supported = hasattr(core, "shm_register")
+    if action == "status":
+        if supported:
+            status = await _maybe_await(core.shm_status(region))  # type: ignore[attr-defined]
+            return json_value_response(status)
+        if region:
+            raise NotFound(f"Unable to find system shared memory region: '{region}'")
+        return json_value_response([])
+    if action == "register":
+        if not region:
+            raise InvalidArgument(
+                "'region name' is necessary to register system shared memory region"
+            )
+        doc = await _json_body(request) or {}
+        if "key" not in doc:
+            raise InvalidArgument("Shared memory register request has no 'key' field")
+        key = codec.as_str(doc["key"])
+        offset = codec.as_uint(doc["offset"]) if "offset" in doc else 0
+        if "byte_size" not in doc:
+            raise InvalidArgument("Shared memory register request has no 'byte_size' field")
+        byte_size = codec.as_uint(doc["byte_size"])
+        if not supported:
+            raise Unsupported(SYSTEM_SHM_UNSUPPORTED)
+        await _maybe_await(
+            core.shm_register(region, key, offset, byte_size)  # type: ignore[attr-defined]
+        )
+        return empty_response(200, json=True)
+    # unregister: unknown names (and "all" with nothing registered) succeed
+    if supported:
+        await _maybe_await(core.shm_unregister(region))  # type: ignore[attr-defined]
+    return empty_response(200, json=True)
+
+
+async def cuda_shm(core: InferenceServer, request: Request, region: str, action: str) -> Response:
+    if action == "status":
+        if region:
+            raise NotFound(f"Unable to find cuda shared memory region: '{region}'")
+        return json_value_response([])
+    if action == "register":
+        if not region:
+            raise InvalidArgument(
+                "'region name' is necessary to register cuda shared memory region"
+            )
+        raise Unsupported(CUDA_SHM_UNSUPPORTED)
+    return empty_response(200, json=True)  # unregister: nothing can be registered

@@ -1,0 +1,136 @@
+"""``POST /v2/models/{m}[/versions/{v}]/infer``: the latency hot path.
+
+Order of checks follows Triton's HandleInfer: model and transaction policy first (404 for an
+unknown model, 501 for a decoupled one), then body decompression, header length, parsing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from modelyard.errors import NotFound, Unsupported
+from modelyard.frontends.http import codec, compression
+from modelyard.frontends.http.classify import classify, output_labels
+from modelyard.frontends.http.util import JSON_HEADERS, Buffer, Request, Response, read_body
+from modelyard.types import InferRequest, InferResponse, config_datatype
+
+if TYPE_CHECKING:
+    from modelyard.core.server import InferenceServer
+
+# Bodies above this size are (de)compressed in a worker thread (zlib releases the GIL).
+_OFFLOAD_BYTES = 1 << 20
+# Responses whose binary part is below this are sent as one joined buffer (one body message);
+# larger ones are sent part by part from their zero-copy views.
+_JOIN_BYTES = 1 << 16
+
+_DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
+_OCTET = (b"content-type", b"application/octet-stream")
+_HEADER_LENGTH = b"inference-header-content-length"
+
+
+async def handle_infer(
+    core: InferenceServer, request: Request, model: str, version: str
+) -> Response:
+    if core.is_decoupled(model, version):
+        raise Unsupported(_DECOUPLED)
+    header_value = encoding_value = accept = None
+    for name, value in request.scope["headers"]:
+        if name == _HEADER_LENGTH:
+            header_value = value
+        elif name == b"content-encoding":
+            encoding_value = value
+        elif name == b"accept-encoding":
+            accept = value
+    body: Buffer = await read_body(request)
+    if encoding_value is not None:
+        encoding = compression.request_encoding(encoding_value.decode("latin-1"))
+        if encoding != "identity":
+            body = await _run(compression.decompress, body, encoding, size=len(body))
+    header_length = (
+        None
+        if header_value is None
+        else codec.header_length_of(header_value.decode("latin-1"), len(body))
+    )
+    if header_length == 0:
+        infer_request, plan = _raw_request(core, model, version, body)
+    else:
+        infer_request, plan = codec.parse_infer_request(
+            model, version, memoryview(body), header_length
+        )
+    if plan.shm or _uses_shm(infer_request):
+        _check_shm_support(core, infer_request, plan)
+
+    response = await core.infer(infer_request)
+
+    if plan.classification:
+        _apply_classification(core, response, plan)
+    header, parts, total = codec.encode_infer_response(response, plan)
+    headers = [_OCTET, (_HEADER_LENGTH, b"%d" % len(header))] if total else JSON_HEADERS
+    if accept is not None:
+        out_encoding = compression.response_encoding(accept.decode("latin-1"))
+        if out_encoding != "identity":
+            compressed = await _run(
+                compression.compress, [header, *parts], out_encoding, size=len(header) + total
+            )
+            headers = [*headers, (b"content-encoding", out_encoding.encode())]
+            return Response(compressed, 200, headers)
+    if not parts:
+        return Response(header, 200, headers)
+    if total < _JOIN_BYTES:
+        return Response(b"".join([header, *parts]), 200, headers)
+    return Response([header, *parts], 200, headers)
+
+
+async def _run(fn: Any, *args: Any, size: int) -> Any:
+    if size < _OFFLOAD_BYTES:
+        return fn(*args)
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def _raw_request(
+    core: InferenceServer, model: str, version: str, body: Buffer
+) -> tuple[InferRequest, codec.OutputPlan]:
+    cfg = core.model_config(model, version)
+    inputs = list(cfg.input)
+    first = inputs[0] if inputs else None
+    spec = (
+        (first.name, config_datatype(first.data_type), tuple(int(d) for d in first.dims))
+        if first is not None
+        else ("", "", ())
+    )
+    return codec.raw_infer_request(model, version, body, spec, int(cfg.max_batch_size), len(inputs))
+
+
+def _uses_shm(request: InferRequest) -> bool:
+    return any("shared_memory_region" in t.parameters for t in request.inputs)
+
+
+def _check_shm_support(
+    core: InferenceServer, request: InferRequest, plan: codec.OutputPlan
+) -> None:
+    """Without the core's shared-memory extension no region can be registered, so any
+    reference is to an unknown region (Triton's NOT_FOUND)."""
+    if hasattr(core, "shm_register"):
+        return
+    for t in request.inputs:
+        region = t.parameters.get("shared_memory_region")
+        if region is not None:
+            raise NotFound(f"Unable to find shared memory region: '{region}'")
+    for out in request.outputs or ():
+        region = out.parameters.get("shared_memory_region")
+        if region is not None:
+            raise NotFound(f"Unable to find shared memory region: '{region}'")
+
+
+def _apply_classification(
+    core: InferenceServer, response: InferResponse, plan: codec.OutputPlan
+) -> None:
+    cfg = core.model_config(response.model_name, response.model_version)
+    batching = int(cfg.max_batch_size) > 0
+    for i, tensor in enumerate(response.outputs):
+        k = plan.classification.get(tensor.name)
+        if not k:
+            continue
+        labels = output_labels(core, cfg, response.model_name, response.model_version, tensor.name)
+        response.outputs[i] = classify(tensor, k, batching, labels)

@@ -1,0 +1,254 @@
+"""The HTTP/REST frontend: KServe v2 plus Triton's extensions, as a raw ASGI application
+served by uvicorn (httptools) in the server's event loop.
+
+The router follows Triton's own path regexes and order (``HTTPAPIServer::Handle``), with
+fast exits first: ``POST /v2/models/{m}/infer`` is recognised by a prefix/suffix check and
+the fixed endpoints by one dict lookup; other model paths go through one compiled regex.
+Unmatched paths get ``404 {"error":"Not Found"}``, a wrong method
+``405 {"error":"Method Not Allowed"}``. Path segments arrive percent-encoded (clients
+``quote()`` model and region names) and are decoded after matching. Query strings are
+ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+from modelyard.errors import ModelyardError, Unsupported
+from modelyard.frontends.http import handlers
+from modelyard.frontends.http.asgiserver import AsgiServer, serve_asgi
+from modelyard.frontends.http.compression import UnsupportedCompression
+from modelyard.frontends.http.errors import METHOD_NOT_ALLOWED_BODY, NOT_FOUND_BODY
+from modelyard.frontends.http.generate import handle_generate
+from modelyard.frontends.http.infer import handle_infer
+from modelyard.frontends.http.util import (
+    TEXT_HEADERS,
+    ClientGone,
+    Receive,
+    Request,
+    Response,
+    Scope,
+    Send,
+    error_response,
+    message_response,
+)
+
+if TYPE_CHECKING:
+    from modelyard.core.server import InferenceServer
+
+log = logging.getLogger("modelyard")
+
+_MODEL_RE = re.compile(
+    r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
+    r"(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?"
+)
+_SERVER_RE = re.compile(r"/v2(?:/health/(live|ready))?")
+_SYSTEM_SHM_RE = re.compile(
+    r"/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
+)
+_CUDA_SHM_RE = re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
+# Both shared-memory extensions route alike: prefix, path pattern, handler.
+_SHM_ROUTES = (
+    ("/v2/systemsharedmemory/", _SYSTEM_SHM_RE, handlers.system_shm),
+    ("/v2/cudasharedmemory/", _CUDA_SHM_RE, handlers.cuda_shm),
+)
+_REPOSITORY_RE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
+
+_MODELS = "/v2/models/"
+_INFER = "/infer"
+_ACCEPT_ENCODING = [(b"accept-encoding", b"gzip, deflate")]
+
+# Triton answers these early exits before it sets a JSON content type.
+_NOT_FOUND = Response(NOT_FOUND_BODY, 404, TEXT_HEADERS)
+_NOT_ALLOWED = Response(METHOD_NOT_ALLOWED_BODY, 405, TEXT_HEADERS)
+
+
+def _segment(raw: str | None) -> str:
+    if not raw:
+        return ""
+    return unquote(raw) if "%" in raw else raw
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class _Router:
+    """The ASGI application: ``await router(scope, receive, send)``."""
+
+    def __init__(self, core: InferenceServer):
+        self.core = core
+        # Endpoints without path parameters: path -> (allowed methods, handler).
+        self.fixed: dict[str, tuple[tuple[str, ...], Handler]] = self._fixed_routes()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # no lifespan, no websockets
+            return
+        request = Request(scope, receive, send)
+        raw: bytes = scope["raw_path"]
+        path = raw.decode("latin-1")
+        q = path.find("?")
+        if q >= 0:
+            path = path[:q]
+        method = request.method
+        response: Response | None
+        try:
+            # The hot path: POST /v2/models/{m}/infer, without a regex.
+            if path.endswith(_INFER) and path.startswith(_MODELS):
+                model = path[len(_MODELS) : -len(_INFER)]
+                if model and "/" not in model:
+                    if method != "POST":
+                        response = _NOT_ALLOWED
+                    else:
+                        response = await handle_infer(self.core, request, _segment(model), "")
+                else:
+                    response = await self._route(request, path, method)
+            else:
+                response = await self._route(request, path, method)
+        except ClientGone:
+            return
+        except Exception as e:
+            if request.started:
+                raise  # mid-stream: the server closes the connection
+            response = _error(e, method, path)
+        if response is not None:
+            await response.send(send)
+
+    def _fixed_routes(self) -> dict[str, tuple[tuple[str, ...], Handler]]:
+        core = self.core
+
+        def sync(fn: Callable[[], Response]) -> Handler:
+            async def handler(_: Request) -> Response:
+                return fn()
+
+            return handler
+
+        def system_shm(action: str) -> Handler:
+            return lambda request: handlers.system_shm(core, request, "", action)
+
+        def cuda_shm(action: str) -> Handler:
+            return lambda request: handlers.cuda_shm(core, request, "", action)
+
+        get, post, both = ("GET",), ("POST",), ("GET", "POST")
+        return {
+            "/v2": (get, sync(lambda: handlers.server_metadata(core))),
+            "/v2/health/live": (get, sync(lambda: handlers.health(core, "live"))),
+            "/v2/health/ready": (get, sync(lambda: handlers.health(core, "ready"))),
+            "/v2/models/stats": (get, sync(lambda: handlers.statistics(core, "", ""))),
+            "/v2/logging": (both, lambda request: handlers.logging_settings(core, request)),
+            "/v2/trace/setting": (both, lambda request: handlers.trace_settings(core, request)),
+            "/v2/repository/index": (post, lambda r: handlers.repository_index(core, r)),
+            "/v2/systemsharedmemory/status": (get, system_shm("status")),
+            "/v2/systemsharedmemory/register": (post, system_shm("register")),
+            "/v2/systemsharedmemory/unregister": (post, system_shm("unregister")),
+            "/v2/cudasharedmemory/status": (get, cuda_shm("status")),
+            "/v2/cudasharedmemory/register": (post, cuda_shm("register")),
+            "/v2/cudasharedmemory/unregister": (post, cuda_shm("unregister")),
+        }
+
+    async def _route(self, request: Request, path: str, method: str) -> Response | None:
+        fixed = self.fixed.get(path)
+        if fixed is not None:
+            methods, handler = fixed
+            if method not in methods:
+                return _NOT_ALLOWED
+            return await handler(request)
+        core = self.core
+        if path.startswith(_MODELS):
+            m = _MODEL_RE.fullmatch(path)
+            if m is not None:
+                return await self._model(request, method, m)
+            return _NOT_FOUND
+        for prefix, regex, shm_handler in _SHM_ROUTES:
+            if path.startswith(prefix):
+                m = regex.fullmatch(path)
+                if m is None:
+                    return _NOT_FOUND
+                action = m.group(2)
+                if method != ("GET" if action == "status" else "POST"):
+                    return _NOT_ALLOWED
+                return await shm_handler(core, request, _segment(m.group(1)), action)
+        if path.startswith("/v2/repository/"):
+            m = _REPOSITORY_RE.fullmatch(path)
+            if m is not None:
+                return await self._repository(request, method, m)
+        return _NOT_FOUND
+
+    async def _model(self, request: Request, method: str, m: re.Match[str]) -> Response | None:
+        core = self.core
+        model = _segment(m.group(1))
+        version = m.group(2) or ""
+        kind = m.group(3)
+        if kind == "infer":
+            if method != "POST":
+                return _NOT_ALLOWED
+            return await handle_infer(core, request, model, version)
+        if kind is None:
+            if method != "GET":
+                return _NOT_ALLOWED
+            return handlers.model_metadata(core, model, version)
+        if kind == "ready":
+            if method != "GET":
+                return _NOT_ALLOWED
+            return handlers.model_ready(core, model, version)
+        if kind == "config":
+            if method != "GET":
+                return _NOT_ALLOWED
+            return handlers.model_config(core, model, version)
+        if kind == "stats":
+            if method != "GET":
+                return _NOT_ALLOWED
+            return handlers.statistics(core, model, version)
+        if kind == "trace/setting":
+            if method not in ("GET", "POST"):
+                return _NOT_ALLOWED
+            return await handlers.trace_settings(core, request, model)
+        # generate / generate_stream
+        if method != "POST":
+            return _NOT_ALLOWED
+        return await handle_generate(core, request, model, version, kind == "generate_stream")
+
+    async def _repository(self, request: Request, method: str, m: re.Match[str]) -> Response:
+        if method != "POST":
+            return _NOT_ALLOWED
+        if m.group(2) == "index":  # Triton ignores a repository name here
+            return await handlers.repository_index(self.core, request)
+        if m.group(1):
+            raise Unsupported("'repository_name' specification is not supported")
+        model = _segment(m.group(3))
+        if m.group(4) == "load":
+            return await handlers.load_model(self.core, request, model)
+        return await handlers.unload_model(self.core, request, model)
+
+
+def _error(e: Exception, method: str, path: str) -> Response:
+    if isinstance(e, UnsupportedCompression):
+        return error_response(e, _ACCEPT_ENCODING)
+    if isinstance(e, ModelyardError):
+        return error_response(e)
+    # a bug: keep serving, tell the client what broke
+    log.exception("HTTP %s %s failed", method, path, exc_info=e)
+    return message_response(f"internal error: {type(e).__name__}: {e}", 500)
+
+
+class HttpServer:
+    """A running HTTP frontend: ``port`` is the bound port; ``close()`` stops it."""
+
+    def __init__(self, server: AsgiServer, host: str):
+        self._server = server
+        self.host = host
+        self.port = server.port
+
+    async def close(self, grace: float = 1.0) -> None:
+        """Stop accepting, let in-flight requests finish for up to ``grace`` seconds."""
+        await self._server.close(grace)
+
+
+async def start_http_server(core: InferenceServer, host: str, port: int) -> HttpServer:
+    """Bind and serve; logs ``Started HTTPService at {host}:{port}`` once bound."""
+    server = await serve_asgi(_Router(core), host, port)
+    log.info("Started HTTPService at %s:%d", host, server.port)
+    return HttpServer(server, host)

@@ -1,0 +1,261 @@
+"""Triton's dynamic batcher: requests queue (per priority level, each with its queue policy)
+and a free instance takes the largest batch that fits ``max_batch_size``.
+
+A batch goes out at once when it reaches a preferred size (or the maximum); otherwise it
+waits up to ``max_queue_delay_microseconds`` from its oldest request for more to arrive.
+With no delay configured (the default) whatever is queued when an instance frees up goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelyard.backends.base import Instance, RequestContext
+from modelyard.core.stats import ModelStats
+from modelyard.errors import Unavailable
+from modelyard.scheduling.base import BatchTasks, DeadlockCheck, run_batch
+from modelyard.types import InferResponse
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    timeout_action_delay: bool = False  # REJECT (False) or DELAY
+    default_timeout_us: int = 0
+    allow_timeout_override: bool = False
+    max_queue_size: int = 0  # 0 = unbounded (bounded by the scheduler's hard cap)
+
+
+@dataclass(frozen=True)
+class BatcherConfig:
+    max_batch_size: int
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = 0
+    preserve_ordering: bool = False
+    priority_levels: int = 0
+    default_priority_level: int = 0
+    default_policy: QueuePolicy = field(default_factory=QueuePolicy)
+    priority_policies: dict[int, QueuePolicy] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> BatcherConfig:
+        db = cfg.dynamic_batching
+
+        def policy(p: Any) -> QueuePolicy:
+            return QueuePolicy(
+                timeout_action_delay=int(p.timeout_action) == 1,
+                default_timeout_us=int(p.default_timeout_microseconds),
+                allow_timeout_override=bool(p.allow_timeout_override),
+                max_queue_size=int(p.max_queue_size),
+            )
+
+        return cls(
+            max_batch_size=max(1, int(cfg.max_batch_size)),
+            preferred_batch_sizes=tuple(sorted(int(s) for s in db.preferred_batch_size)),
+            max_queue_delay_us=int(db.max_queue_delay_microseconds),
+            preserve_ordering=bool(db.preserve_ordering),
+            priority_levels=int(db.priority_levels),
+            default_priority_level=int(db.default_priority_level),
+            default_policy=policy(db.default_queue_policy)
+            if db.HasField("default_queue_policy")
+            else QueuePolicy(),
+            priority_policies={int(k): policy(v) for k, v in db.priority_queue_policy.items()},
+        )
+
+
+HARD_QUEUE_CAP = 100_000
+
+
+@dataclass(eq=False, slots=True)
+class _Queued:
+    ctx: RequestContext
+    size: int  # batch size this request contributes
+    shape_key: tuple[Any, ...]
+    deadline_ns: int  # 0 = none
+    delay_on_timeout: bool
+
+
+class DynamicBatcher(DeadlockCheck, BatchTasks):
+    def __init__(self, model_name: str, instances: list[Instance], config: BatcherConfig):
+        self.model_name = model_name
+        self.config = config
+        self._instances = instances
+        self._idle: collections.deque[Instance] = collections.deque(instances)
+        levels = max(1, config.priority_levels)
+        self._queues: list[collections.deque[_Queued]] = [
+            collections.deque() for _ in range(levels)
+        ]
+        self._count = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self.stats: ModelStats | None = None  # set by the core; executions counted per batch
+        self._init_tasks()
+
+    @property
+    def pending(self) -> int:
+        return self._count
+
+    # -- admission ------------------------------------------------------------------------
+
+    def _level(self, priority: int) -> int:
+        """Queue index for a request priority (1 = highest). 0 and out-of-range values take the
+        default level, as Triton 2.51 does."""
+        cfg = self.config
+        if cfg.priority_levels == 0:
+            return 0
+        if priority < 1 or priority > cfg.priority_levels:
+            priority = cfg.default_priority_level or cfg.priority_levels
+        return priority - 1
+
+    def _policy(self, level: int) -> QueuePolicy:
+        return self.config.priority_policies.get(level + 1, self.config.default_policy)
+
+    def submit(self, ctx: RequestContext) -> None:
+        if self._closed:
+            raise Unavailable(f"model '{self.model_name}' is unloading")
+        if ctx.chain and all(i.name in ctx.chain for i in self._instances):
+            raise Unavailable(
+                f"BLS deadlock: every instance of model '{self.model_name}' is waiting on this request; "
+                "it could never run"
+            )
+        req = ctx.request
+        level = self._level(req.priority)
+        policy = self._policy(level)
+        limit = policy.max_queue_size or HARD_QUEUE_CAP
+        if len(self._queues[level]) >= limit:
+            raise Unavailable("Exceeds maximum queue size")
+        ctx.scheduler = self
+        if not self._idle:
+            self._check_deadlock(ctx)
+        now = time.monotonic_ns()
+        ctx.t_queued = now
+        timeout_us = policy.default_timeout_us
+        if req.timeout_us and (policy.allow_timeout_override or not timeout_us):
+            timeout_us = req.timeout_us if policy.allow_timeout_override else timeout_us
+        deadline = now + timeout_us * 1000 if timeout_us else 0
+        first = req.inputs[0] if req.inputs else None
+        size = first.shape[0] if first is not None and first.shape else 1
+        shape_key = tuple((t.name, t.shape[1:]) for t in req.inputs)
+        self._queues[level].append(
+            _Queued(ctx, size, shape_key, deadline, policy.timeout_action_delay)
+        )
+        self._count += 1
+        self._drained.clear()
+        self._schedule()
+
+    # -- batch formation --------------------------------------------------------------------
+
+    def _expire(self, now: int) -> None:
+        for q in self._queues:
+            if not q:
+                continue
+            kept: collections.deque[_Queued] = collections.deque()
+            for item in q:
+                if item.ctx.cancelled or item.ctx.done:
+                    self._count -= 1
+                    continue
+                if item.deadline_ns and now >= item.deadline_ns and not item.delay_on_timeout:
+                    self._count -= 1
+                    r = item.ctx.request
+                    item.ctx.send(InferResponse(r.model_name, r.model_version, r.id,
+                                                error=Unavailable("Request timeout expired")))  # fmt: skip
+                    continue
+                kept.append(item)
+            q.clear()
+            q.extend(kept)
+
+    def _ordered(self) -> list[tuple[int, _Queued]]:
+        """Queued requests in dispatch order: priority level, then (for DELAY-timed-out) last."""
+        now = time.monotonic_ns()
+        out: list[tuple[int, _Queued]] = []
+        delayed: list[tuple[int, _Queued]] = []
+        for level, q in enumerate(self._queues):
+            for item in q:
+                if item.deadline_ns and now >= item.deadline_ns:
+                    delayed.append((level, item))
+                else:
+                    out.append((level, item))
+        return out + delayed
+
+    def _take_batch(self, force: bool) -> list[_Queued] | None:
+        cfg = self.config
+        ordered = self._ordered()
+        if not ordered:
+            return None
+        head = ordered[0][1]
+        batch: list[_Queued] = []
+        total = 0
+        for _, item in ordered:
+            if item.shape_key != head.shape_key:
+                break  # requests of another shape wait for the next batch
+            if total + item.size > cfg.max_batch_size:
+                break
+            batch.append(item)
+            total += item.size
+        if not batch:  # a single request bigger than max_batch_size cannot happen (validated)
+            batch, total = [head], head.size
+        full = total >= cfg.max_batch_size or total in cfg.preferred_batch_sizes
+        if not (force or full or cfg.max_queue_delay_us == 0):
+            waited = time.monotonic_ns() - head.ctx.t_queued
+            if waited < cfg.max_queue_delay_us * 1000:
+                return None
+        if cfg.preferred_batch_sizes and not full:
+            # Prefer the largest preferred size that fits what is queued.
+            fitting = [s for s in cfg.preferred_batch_sizes if s <= total]
+            if fitting:
+                target, acc, cut = fitting[-1], 0, 0
+                for i, item in enumerate(batch):
+                    acc += item.size
+                    if acc >= target:
+                        cut = i + 1
+                        break
+                if cut:
+                    batch = batch[:cut]
+        taken = {id(item) for item in batch}
+        for q in self._queues:
+            kept = [item for item in q if id(item) not in taken]
+            if len(kept) != len(q):
+                q.clear()
+                q.extend(kept)
+        self._count -= len(batch)
+        return batch
+
+    def _schedule(self, force: bool = False) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._expire(time.monotonic_ns())
+        while self._idle and self._count:
+            batch = self._take_batch(force)
+            if batch is None:
+                break
+            self._start(self._idle.popleft(), [item.ctx for item in batch])
+        if self._count and self._idle:
+            self._arm_timer()
+        if not self._count and not self._tasks:
+            self._drained.set()
+
+    def _arm_timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        oldest = min(item.ctx.t_queued for q in self._queues for item in q)
+        due_ns = oldest + self.config.max_queue_delay_us * 1000
+        deadlines = [item.deadline_ns for q in self._queues for item in q if item.deadline_ns]
+        if deadlines:
+            due_ns = min(due_ns, min(deadlines))
+        delay = max(0.0, (due_ns - time.monotonic_ns()) / 1e9)
+        self._timer = loop.call_later(delay, self._schedule, True)
+
+    def _start(self, instance: Instance, batch: list[RequestContext]) -> None:
+        self._spawn(self._run(instance, batch))
+
+    def _queued(self) -> int:
+        return self._count
+
+    async def _run(self, instance: Instance, batch: list[RequestContext]) -> None:
+        try:
+            await run_batch(instance, batch, self.stats)
+        finally:
+            self._idle.append(instance)
+            self._schedule()

@@ -1,0 +1,151 @@
+"""Core values shared by every layer: datatypes, tensors, requests, responses.
+
+Protocol-neutral: frontends translate their wire formats to and from these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from modelyard.errors import ModelyardError
+
+ParamValue = bool | int | float | str
+
+# Sequence flags, as Triton's TRITONSERVER_RequestFlag.
+SEQUENCE_START = 1
+SEQUENCE_END = 2
+
+# Protocol datatype name -> numpy dtype. BYTES is an object array of `bytes`.
+_NP_BY_DATATYPE: dict[str, np.dtype[Any]] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BYTES": np.dtype(np.object_),
+}
+
+try:  # BF16 needs ml_dtypes (a tritonclient dependency); optional for the server.
+    import ml_dtypes
+
+    _NP_BY_DATATYPE["BF16"] = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - depends on environment
+    pass
+
+DATATYPES: frozenset[str] = frozenset([*_NP_BY_DATATYPE, "BF16"])
+
+# Element sizes in bytes for fixed-size datatypes.
+ELEMENT_SIZE: dict[str, int] = {
+    "BOOL": 1, "UINT8": 1, "UINT16": 2, "UINT32": 4, "UINT64": 8,
+    "INT8": 1, "INT16": 2, "INT32": 4, "INT64": 8,
+    "FP16": 2, "BF16": 2, "FP32": 4, "FP64": 8,
+}  # fmt: skip
+
+
+def numpy_dtype(datatype: str) -> np.dtype[Any]:
+    """The numpy dtype for a protocol datatype name ("FP32" -> float32)."""
+    try:
+        return _NP_BY_DATATYPE[datatype]
+    except KeyError:
+        raise ValueError(f"unknown datatype '{datatype}'") from None
+
+
+_DATATYPE_BY_NP: dict[np.dtype[Any], str] = {
+    dt: name for name, dt in _NP_BY_DATATYPE.items() if name != "BYTES"
+}
+
+
+def datatype_of(dtype: np.dtype[Any] | type) -> str:
+    """The protocol datatype name for a numpy dtype (object/bytes_/str_ -> BYTES)."""
+    name = _DATATYPE_BY_NP.get(dtype)  # type: ignore[call-overload,arg-type]  # hot path: exact dtypes
+    if name is not None:
+        return name
+    dt = np.dtype(dtype)
+    if dt.kind in ("O", "S", "U"):
+        return "BYTES"
+    name = (
+        _DATATYPE_BY_NP.get(dt.newbyteorder("="))
+        if dt.byteorder != "|"
+        else _DATATYPE_BY_NP.get(dt)
+    )
+    if name is None:
+        raise ValueError(f"numpy dtype {dt} has no Triton datatype")
+    return name
+
+
+def config_datatype(data_type: int | str) -> str:
+    """Protocol name for a model-config DataType ("TYPE_FP32" or its enum value).
+
+    TYPE_STRING becomes "BYTES", as Triton reports it.
+    """
+    from tritonclient.grpc import model_config_pb2
+
+    name = data_type if isinstance(data_type, str) else model_config_pb2.DataType.Name(data_type)
+    name = name.removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+@dataclass(slots=True)
+class Tensor:
+    """A named tensor.
+
+    ``data`` is a numpy array of ``shape`` (BYTES: object array of ``bytes``). Frontends that
+    receive raw bytes set ``raw`` instead and leave ``data`` as None; the core decodes ``raw``
+    (a zero-copy view where possible) while validating, so size errors name the model.
+    """
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: np.ndarray[Any, Any] | None = None
+    raw: bytes | bytearray | memoryview | None = None
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+
+    @classmethod
+    def from_numpy(cls, name: str, array: np.ndarray[Any, Any]) -> Tensor:
+        return cls(name, datatype_of(array.dtype), tuple(array.shape), array)
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    """An output the client asked for, with its frontend-level options."""
+
+    name: str
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferRequest:
+    model_name: str
+    inputs: list[Tensor]
+    model_version: str = ""  # "" = the latest ready version
+    id: str = ""
+    outputs: list[RequestedOutput] | None = None  # None = every output of the model
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+    correlation_id: int | str = 0
+    flags: int = 0  # SEQUENCE_START | SEQUENCE_END
+    priority: int = 0
+    timeout_us: int = 0
+
+
+@dataclass(slots=True)
+class InferResponse:
+    model_name: str
+    model_version: str
+    id: str = ""
+    outputs: list[Tensor] = field(default_factory=list)
+    parameters: dict[str, ParamValue] = field(default_factory=dict)
+    error: ModelyardError | None = None
+    final: bool = True
+    # The model sent only the FINAL flag (send(flags=FINAL)): no response of its own.
+    flag_only: bool = False

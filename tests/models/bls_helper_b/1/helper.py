@@ -1,0 +1,1 @@
+WHO = "helper of bls_helper_b"

@@ -1,0 +1,36 @@
+"""Decoupled counter that notices cancellation (see config.pbtxt)."""
+
+import json
+import time
+
+import numpy as np
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()[0])
+            params = json.loads(request.parameters() or "{}")
+            delay = params.get("delay_ms", 0) / 1000.0
+            marker = params.get("marker")
+            if count < 0:
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError("negative count")),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
+                continue
+            for i in range(count):
+                if request.is_cancelled():
+                    if marker:
+                        with open(marker, "w") as f:
+                            f.write(f"cancelled after {i}\n")
+                    break
+                if delay:
+                    time.sleep(delay)
+                out = pb_utils.Tensor("OUT", np.array([i], dtype=np.int32))
+                sender.send(pb_utils.InferenceResponse([out]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
