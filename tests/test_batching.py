@@ -1,0 +1,89 @@
+"""modelyard.batching: unit tests on pb_utils objects, and a served model under a dynamic
+batcher with concurrent clients."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc.aio as grpcaio
+
+import triton_python_backend_utils as pb_utils
+from modelyard.batching import batched
+from tests.serverproc import ServerProcess, start_server
+
+MODELS = Path(__file__).resolve().parent / "models"
+
+
+def _request(**arrays: np.ndarray) -> pb_utils.InferenceRequest:
+    tensors = [pb_utils.Tensor(name, arr) for name, arr in arrays.items()]
+    return pb_utils.InferenceRequest(model_name="m", inputs=tensors, requested_output_names=[])
+
+
+class Doubler:
+    @batched
+    def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        assert inputs["X"].shape == (3, 2)
+        return {"Y": inputs["X"] * 2, "S": inputs["X"].sum(axis=1)}
+
+
+def test_batched_stacks_and_splits() -> None:
+    reqs = [_request(X=np.ones((1, 2), np.float32)), _request(X=np.full((2, 2), 3, np.float32))]
+    first, second = Doubler().execute(reqs)
+    np.testing.assert_array_equal(
+        pb_utils.get_output_tensor_by_name(first, "Y").as_numpy(), [[2, 2]]
+    )
+    np.testing.assert_array_equal(
+        pb_utils.get_output_tensor_by_name(second, "S").as_numpy(), [6, 6]
+    )
+
+
+def test_stack_mode_and_row_errors() -> None:
+    class Summer:
+        @batched(stack=True)
+        def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return {"S": inputs["X"].sum(axis=1), "BAD": np.zeros(5)}
+
+    with pytest.raises(
+        pb_utils.TritonModelException, match="output 'BAD' has shape \\[5\\]; it needs 2 rows"
+    ):
+        Summer().execute([_request(X=np.ones(4, np.float32)), _request(X=np.ones(4, np.float32))])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("batching") / "repo"
+    repo.mkdir()
+    (repo / "batch_helper").symlink_to(MODELS / "batch_helper")
+    srv = start_server(repo)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+async def test_served_model_gets_the_dynamic_batch_stacked(server: ServerProcess) -> None:
+    client = grpcaio.InferenceServerClient(server.grpc_url)
+    try:
+        sizes = [1, 2, 1, 3, 1]
+
+        async def one(i: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            x = np.full((n, 2), i, np.float32)
+            t = grpcaio.InferInput("IN", [n, 2], "FP32")
+            t.set_data_from_numpy(x)
+            res = await client.infer("batch_helper", [t])
+            return x, res.as_numpy("OUT"), res.as_numpy("ROWS")
+
+        results = await asyncio.wait_for(
+            asyncio.gather(*(one(i, n) for i, n in enumerate(sizes))), 30
+        )
+        for (x, out, rows), n in zip(results, sizes, strict=True):
+            np.testing.assert_array_equal(out, x * 2)
+            assert rows.shape == (n, 1)
+        # The 200 ms queue delay lets concurrent requests share one execute call.
+        assert max(int(rows[0, 0]) for _, _, rows in results) > max(sizes)
+    finally:
+        await client.close()
