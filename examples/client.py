@@ -108,6 +108,17 @@ def main(argv: list[str] | None = None) -> int:
             ok = ok and good
             print(f"{model:11} {protocol:4} {url}: {a} + {b} = {total}; {a} - {b} = {diff}"
                   f"  [{'ok' if good else 'WRONG'}]")  # fmt: skip
+    # The ensemble runs add_sub, then bls_add_sub on its outputs: (a+b)+(a-b), (a+b)-(a-b).
+    for protocol, call, url in (
+        ("HTTP", call_http, args.http_url),
+        ("gRPC", call_grpc, args.grpc_url),
+    ):
+        doubled_a, doubled_b = call(url, a, b, "ensemble_add_sub")
+        good = np.array_equal(doubled_a, 2 * a) and np.array_equal(doubled_b, 2 * b)
+        ok = ok and good
+        print(
+            f"ensemble_add_sub {protocol:4}: {doubled_a}, {doubled_b}  [{'ok' if good else 'WRONG'}]"
+        )
     streamed = stream_repeat(args.grpc_url, 5)
     ok = ok and streamed == [0, 1, 2, 3, 4]
     print(f"repeat      gRPC stream: {streamed}")

@@ -35,7 +35,22 @@ pytestmark = [
 ]
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "model_repository"
-MODELS = ("accumulate", "add_sub", "bls_add_sub", "repeat", "scale_batched", "square_auto", "string_upper")
+MODELS = (
+    "accumulate",
+    "add_sub",
+    "bls_add_sub",
+    "ensemble_add_sub",
+    "repeat",
+    "scale_batched",
+    "signal_features",
+    "signal_pipeline",
+    "square_auto",
+    "string_upper",
+)
+# Example models the reference cannot load: it is a CPU build of Triton 2.51 that ships only
+# the Python backend. Both servers get the repository without them; tests/test_examples.py
+# runs them (and the pipeline through them) on modelyard alone.
+REFERENCE_CANNOT_LOAD = {"signal_classifier": "no onnxruntime backend in the reference build"}
 PROTOCOLS = ("http", "grpc")
 
 
@@ -61,7 +76,9 @@ class Pair:
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     repo = tmp_path_factory.mktemp("differential") / "model_repository"
-    shutil.copytree(EXAMPLES, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        EXAMPLES, repo, ignore=shutil.ignore_patterns("__pycache__", *REFERENCE_CANNOT_LOAD)
+    )
     ref: ReferenceServer = start_reference(repo)
     mine: ServerProcess | None = None
     try:
@@ -182,6 +199,10 @@ CASES = [
          binary=False, protocols=("http",)),
     Case("scale_batched", "scale_batched", (In("INPUT0", "FP32", BATCH3),)),
     Case("square_auto", "square_auto", (In("INPUT0", "INT32", INTS),)),
+    Case("ensemble_add_sub", "ensemble_add_sub", _add_sub()),
+    Case("ensemble_add_sub_one_output", "ensemble_add_sub", _add_sub(), outputs=("OUTPUT1",),
+         request_id="ens-1"),
+    Case("signal_features", "signal_features", (In("SIGNAL", "FP32", F4B),)),
     # errors
     Case("unknown_model", "no_such_model", _add_sub(), error=True),
     Case("unknown_version", "add_sub", _add_sub(), version="7", error=True),
@@ -204,6 +225,11 @@ CASES = [
          (In("INPUT0", "FP32", np.ones((9, 4), np.float32)),), error=True),
     Case("batch_dim_missing", "scale_batched", (In("INPUT0", "FP32", F4A),), error=True),
     Case("bytes_model_given_fp32", "string_upper", (In("INPUT0", "FP32", F4A),), error=True),
+    Case("ensemble_wrong_input", "ensemble_add_sub", _add_sub(b=In("INPUTX", "FP32", F4B)),
+         error=True),
+    Case("ensemble_unknown_output", "ensemble_add_sub", _add_sub(), outputs=("SUM",), error=True),
+    Case("signal_features_empty", "signal_features",
+         (In("SIGNAL", "FP32", np.zeros(0, np.float32)),), error=True),
 ]
 # fmt: on
 

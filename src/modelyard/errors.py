@@ -64,6 +64,25 @@ class InternalError(ModelyardError):
     code = ErrorCode.INTERNAL
 
 
+class VersionLoadError(ModelyardError):
+    """A model version whose instances failed to initialize. The core reports it as Triton
+    does: INVALID_ARG ``load failed for model '<m>': version <v> is at UNAVAILABLE state:
+    <Code>: <detail>;\n``, and ``<Code>: <detail>`` as the model's reason in the index."""
+
+    code = ErrorCode.INVALID_ARG
+    _CODE_TEXT = {
+        ErrorCode.UNKNOWN: "Unknown", ErrorCode.INTERNAL: "Internal",
+        ErrorCode.NOT_FOUND: "Not found", ErrorCode.INVALID_ARG: "Invalid argument",
+        ErrorCode.UNAVAILABLE: "Unavailable", ErrorCode.UNSUPPORTED: "Unsupported",
+        ErrorCode.ALREADY_EXISTS: "Already exists", ErrorCode.CANCELLED: "Cancelled",
+    }  # fmt: skip
+
+    def __init__(self, version: int, detail: str, detail_code: ErrorCode) -> None:
+        self.version = version
+        self.reason = f"{self._CODE_TEXT[detail_code]}: {detail}"
+        super().__init__(f"version {version} is at UNAVAILABLE state: {self.reason};\n")
+
+
 class ConfigError(ModelyardError):
     """A model configuration that cannot be parsed or validated; names the file and field."""
 

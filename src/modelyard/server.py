@@ -26,11 +26,24 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
         exit_timeout=args.exit_timeout_secs,
+        poll_secs=args.repository_poll_secs,
+        load_threads=args.model_load_thread_count,
+        allow_client_shm=args.allow_client_shm,
+        cache_bytes=_cache_bytes(args.cache_config),
         load=LoadOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             backend_settings=parse_backend_config(args.backend_config),
         ),
     )
+
+
+def _cache_bytes(items: list[str]) -> int:
+    from modelyard.core.response_cache import parse_cache_config
+
+    try:
+        return parse_cache_config(items)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 def _setup_logging(verbose: int) -> None:

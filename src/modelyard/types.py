@@ -149,3 +149,6 @@ class InferResponse:
     final: bool = True
     # The model sent only the FINAL flag (send(flags=FINAL)): no response of its own.
     flag_only: bool = False
+    # The model itself answered with this error response; Triton's statistics count the
+    # request as a success (only a failed execution, queueing or scheduling is a failure).
+    model_error: bool = False

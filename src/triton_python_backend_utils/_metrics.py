@@ -9,6 +9,7 @@ import itertools
 import math
 import re
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -40,11 +41,12 @@ _KIND_NAMES = {
 class _Series:
     """One labelled time series (shared by every Metric created with the same labels)."""
 
-    __slots__ = ("buckets", "count", "counts", "labels", "sum", "value")
+    __slots__ = ("buckets", "count", "counts", "labels", "stamp", "sum", "value")
 
     def __init__(self, labels: dict[str, str], buckets: list[float] | None) -> None:
         self.labels = labels
         self.value = 0.0
+        self.stamp = 0.0  # when the value last changed (merging gauges of several workers)
         self.buckets = buckets
         self.counts = [0] * (len(buckets) + 1) if buckets is not None else []
         self.sum = 0.0
@@ -187,11 +189,13 @@ class Metric:
             )
         with _lock:
             self._series.value += v
+            self._series.stamp = time.monotonic()
 
     def set(self, value: float) -> None:
         v = self._check("set", value, (MetricKind.GAUGE,))
         with _lock:
             self._series.value = v
+            self._series.stamp = time.monotonic()
 
     def observe(self, value: float) -> None:
         v = self._check("observe", value, (MetricKind.HISTOGRAM,))
@@ -238,7 +242,10 @@ def snapshot() -> list[dict[str, Any]]:
                         }
                     )
                 else:
-                    series_out.append({"labels": dict(s.labels), "value": s.value})
+                    entry = {"labels": dict(s.labels), "value": s.value}
+                    if family.kind == MetricKind.GAUGE:
+                        entry["stamp"] = s.stamp  # the server keeps the gauge set last
+                    series_out.append(entry)
             out.append(
                 {
                     "name": family.name,

@@ -171,9 +171,7 @@ def test_unload_drains_a_slow_in_flight_request(server: ServerProcess) -> None:
     assert http.is_model_ready("slow")
 
 
-def test_execute_loads_and_unloads_a_model_from_files(
-    server: ServerProcess, repo: Path
-) -> None:
+def test_execute_loads_and_unloads_a_model_from_files(server: ServerProcess, repo: Path) -> None:
     """A model's ``execute`` loads a model from files and unloads it (``pb_utils``)."""
     loader = """
 import json

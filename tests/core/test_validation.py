@@ -66,7 +66,9 @@ def test_missing_required_input() -> None:
 
 
 def test_extra_input_gets_tritons_count_message() -> None:
-    sig = ModelSignature("m", 0, {"A": IOSpec("A", "FP32", (1,)), "B": IOSpec("B", "FP32", (1,))}, {})
+    sig = ModelSignature(
+        "m", 0, {"A": IOSpec("A", "FP32", (1,)), "B": IOSpec("B", "FP32", (1,))}, {}
+    )
     req = InferRequest("m", [_raw(n, "FP32", (1,), 4) for n in ("A", "B", "C")])
     with pytest.raises(InvalidArgument) as e:
         validate(req, sig)
@@ -86,5 +88,8 @@ def test_unknown_output() -> None:
 def test_bytes_element_count_checked() -> None:
     sig = ModelSignature("s", 0, {"S": IOSpec("S", "BYTES", (2,))}, {})
     req = InferRequest("s", [Tensor("S", "BYTES", (2,), raw=b"\x01\x00\x00\x00a")])
-    with pytest.raises(InvalidArgument, match="expected 2 string elements for inference input 'S' for model 's', got 1"):
+    with pytest.raises(
+        InvalidArgument,
+        match="expected 2 string elements for inference input 'S' for model 's', got 1",
+    ):
         validate(req, sig)

@@ -8,16 +8,21 @@ for decoupled models) and returns when ``execute`` has returned in the model.
 from __future__ import annotations
 
 import abc
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from modelyard.errors import Cancelled
+from modelyard.types import InferResponse as InferResponseCls
 
 if TYPE_CHECKING:
     from modelyard.core.stats import ModelStats
     from modelyard.types import InferRequest, InferResponse
 
 ResponseCallback = Callable[["InferResponse"], None]
+_hook_ids = itertools.count(1)
 
 
 @dataclass(eq=False, slots=True)
@@ -46,15 +51,41 @@ class RequestContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
     on_cancel: Callable[[], None] | None = None
+    # More listeners (BLS calls this request made, see core/bls.py), by token.
+    cancel_hooks: dict[int, Callable[[], None]] | None = None
+    # Set by schedulers that can run a request again (iterative sequences): the model released
+    # it with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE.
+    reschedule: Callable[[RequestContext], None] | None = None
 
     def cancel(self) -> None:
-        """The client went away: the model's ``is_cancelled()`` turns true; nothing more is
-        delivered to the caller."""
+        """The client went away: the model's ``is_cancelled()`` turns true, and the BLS calls
+        the request made are cancelled too. A request still queued ends at once with a
+        CANCELLED error (the scheduler skips it)."""
         if self.cancelled:
             return
         self.cancelled = True
-        if self.on_cancel is not None and not self.done:
+        if self.t_queued and not self.t_start and not self.done:
+            r = self.request
+            err = Cancelled("Request was cancelled")
+            self.send(InferResponseCls(r.model_name, r.model_version, r.id, error=err))
+        elif self.on_cancel is not None and not self.done:
             self.on_cancel()
+        hooks = self.cancel_hooks
+        if hooks:
+            self.cancel_hooks = None
+            for hook in list(hooks.values()):
+                hook()
+
+    def add_cancel_hook(self, hook: Callable[[], None]) -> int:
+        if self.cancel_hooks is None:
+            self.cancel_hooks = {}
+        token = next(_hook_ids)
+        self.cancel_hooks[token] = hook
+        return token
+
+    def remove_cancel_hook(self, token: int) -> None:
+        if self.cancel_hooks is not None:
+            self.cancel_hooks.pop(token, None)
 
     # Statistics for the request (set by the core); recorded when the final response passes.
     stats: ModelStats | None = None
@@ -71,12 +102,25 @@ class RequestContext:
                 release(self)
             if self.stats is not None:
                 t1 = time.monotonic_ns()
-                if response.error is None:
+                if response.error is None or response.model_error:
                     self.stats.record_success(self.t_received, self.t_queued, self.t_start, t1,
                                               self.batch_size)  # fmt: skip
                 else:
-                    self.stats.record_failure(self.t_received, t1)
+                    self.stats.record_failure(self.t_received, t1, self._fail_reason(response))
         self.on_response(response)
+
+    def _fail_reason(self, response: InferResponse) -> str:
+        """Triton's reason label: cancelled, refused before running (queue full, timed out in
+        the queue), failed while running, or another cause the sender names."""
+        reason: str | None = self.extra.get("fail_reason")
+        if reason:
+            return reason
+        code = response.error.code.value if response.error is not None else ""
+        if code == "CANCELLED":
+            return "CANCELED"
+        if not self.t_start:
+            return "REJECTED" if code == "UNAVAILABLE" else "OTHER"
+        return "BACKEND"
 
 
 class Instance(abc.ABC):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -16,6 +17,16 @@ def _bool(value: str | bool) -> bool:
     if v in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{value}'")
+    return n
 
 
 def _flag(p: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
@@ -42,9 +53,19 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(s, "--allow-http", True, "serve HTTP/REST")
     _flag(s, "--allow-grpc", True, "serve gRPC")
     _flag(s, "--allow-metrics", True, "serve Prometheus metrics")
+    _flag(
+        s,
+        "--allow-client-shm",
+        True,
+        "allow clients to register system shared-memory regions (keys under /dev/shm)",
+    )
+    s.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
+                   help="response cache, Triton's syntax: local,size=BYTES enables an LRU "
+                        "cache for models with response_cache { enable: true }")  # fmt: skip
     s.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none",
                    help="none: load every model at start; explicit: only --load-model and the "
-                        "repository API load models")  # fmt: skip
+                        "repository API load models; poll: load every model and reload what "
+                        "changes in the repositories")  # fmt: skip
     s.add_argument(
         "--load-model",
         action="append",
@@ -56,11 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--repository-poll-secs",
         type=float,
         default=15.0,
-        help="how often poll mode rescans the repositories",
+        help="how often poll mode rescans the repositories (seconds, may be fractional)",
     )
     s.add_argument(
-        "--model-load-thread-count", type=int, default=4, help="models loaded in parallel"
-    )
+        "--model-load-thread-count", type=_positive_int, default=4,
+        help="at most this many models load at once; the others wait",
+    )  # fmt: skip
     _flag(
         s,
         "--strict-model-config",
@@ -102,6 +124,10 @@ def parse_backend_config(items: Sequence[str]) -> dict[str, dict[str, str]]:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
+        # gRPC's fork handlers can crash a child forked (to exec a model worker) while the gRPC
+        # server's threads run: worker spawns during a reload then failed now and then. The
+        # child execs at once, so it needs none of them. Read when grpc is first imported.
+        os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
         from modelyard.server import serve
 
         sys.exit(serve(args))

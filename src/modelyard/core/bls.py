@@ -11,12 +11,13 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from modelyard.backends.base import RequestContext
 from modelyard.backends.python import ipc, shm
 from modelyard.backends.python.worker import PythonWorker, WorkerHandlers
-from modelyard.errors import ErrorCode, ModelyardError
+from modelyard.errors import Cancelled, ErrorCode, ModelyardError
 from modelyard.types import InferRequest, InferResponse, Tensor
 
 if TYPE_CHECKING:
@@ -32,14 +33,19 @@ def start_bls(
     chain: frozenset[str],
     emit: Callable[[InferResponse, bool], None],
     caller: str = "",
+    parents: Sequence[RequestContext] = (),
 ) -> None:
     """Start one BLS request from the event loop thread; every outcome reaches
     ``emit(response, final)``, errors as error responses, exactly one with final=True.
-    Never raises. No task per call: responses are relayed as the core delivers them."""
+    Never raises. No task per call: responses are relayed as the core delivers them.
+
+    ``parents`` are the requests whose execution made the call: once all of them are
+    cancelled, so is the call (see ``link_to_parents``)."""
     name = request.model_name
     done = False
     timer: asyncio.TimerHandle | None = None
     ctx: Any = None
+    unlink: Callable[[], None] | None = None
 
     def error(text: str, code: str) -> None:
         err = ModelyardError(text, ErrorCode(code))
@@ -54,6 +60,8 @@ def start_bls(
             done = True
             if timer is not None:
                 timer.cancel()
+            if unlink is not None:
+                unlink()
         emit(resp, final)
 
     def on_timeout() -> None:
@@ -72,10 +80,14 @@ def start_bls(
                 "'decoupled=True' argument to the 'exec' or 'async_exec' calls for decoupled "
                 "models.'"
             )
+        if parents and all(p.cancelled for p in parents):
+            raise Cancelled("Request was cancelled")
         if request.timeout_us > 0:
             # Beyond Triton, the timeout bounds the whole call, not only queueing.
             timer = asyncio.get_running_loop().call_later(request.timeout_us / 1e6, on_timeout)
         ctx = core.submit(request, on_response, chain, caller)
+        if parents and not done:
+            unlink = link_to_parents(parents, ctx)
     except ModelyardError as e:
         if timer is not None:
             timer.cancel()
@@ -87,6 +99,24 @@ def start_bls(
         log.exception("BLS call to '%s' failed", name)
         done = True
         error(f"BLS request failed: {e}", "INTERNAL")
+
+
+def link_to_parents(parents: Sequence[RequestContext], child: RequestContext) -> Callable[[], None]:
+    """Cancel ``child`` (a BLS call) once every one of ``parents`` (the batch whose execution
+    made it) is cancelled; returns the function that undoes the link when the call ends."""
+
+    def on_parent_cancel() -> None:
+        if parents and all(p.cancelled for p in parents):
+            child.cancel()
+
+    tokens = [(p, p.add_cancel_hook(on_parent_cancel)) for p in parents]
+    on_parent_cancel()  # a parent cancelled meanwhile (in-process calls link from any thread)
+
+    def unlink() -> None:
+        for p, token in tokens:
+            p.remove_cancel_hook(token)
+
+    return unlink
 
 
 class CoreHandlers(WorkerHandlers):
@@ -106,11 +136,13 @@ class CoreHandlers(WorkerHandlers):
             return
         blocking = bool(spec.get("blocking"))
         chain = worker.waiting_chain() if blocking else frozenset()
+        parents = worker.live_requests(spec.get("parents") or ())
 
         def emit(resp: InferResponse, final: bool) -> None:
             self._reply(worker, call_id, self._payload(worker, resp), final)
 
-        start_bls(self.core, request, decoupled, chain, emit, worker.name if blocking else "")
+        start_bls(self.core, request, decoupled, chain, emit, worker.name if blocking else "",
+                  parents)  # fmt: skip
 
     def on_control(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
         task = asyncio.get_running_loop().create_task(self._control(worker, call_id, payload))

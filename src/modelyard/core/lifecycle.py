@@ -20,12 +20,15 @@ from modelyard.config.normalize import normalize_config
 from modelyard.config.pbtxt import load_config_file
 from modelyard.config.repository import available_versions, select_versions
 from modelyard.config.validate import validate_config
+from modelyard.core.native import is_native, load_native_model
 from modelyard.core.stats import ModelStats
 from modelyard.core.validation import ModelSignature, signature_from_config
-from modelyard.errors import ModelyardError, Unsupported
+from modelyard.core.warmup import warm_up
+from modelyard.errors import ModelyardError, Unsupported, VersionLoadError
 from modelyard.scheduling.base import Scheduler
 from modelyard.scheduling.default import DefaultScheduler
 from modelyard.scheduling.dynamic import BatcherConfig, DynamicBatcher
+from modelyard.scheduling.iterative import IterativeSequenceBatcher
 from modelyard.scheduling.sequence import SequenceBatcher
 
 log = logging.getLogger("modelyard")
@@ -112,10 +115,16 @@ async def load_model(
 ) -> list[ModelVersion]:
     """Load every version the policy selects; raise ModelyardError naming the cause."""
     cfg = read_config(name, model_dir, override)
+    if cfg.platform == "ensemble":
+        from modelyard.core.ensembles import load_ensemble
+
+        return await load_ensemble(name, model_dir, cfg, handlers.core)  # type: ignore[attr-defined]
+    if is_native(cfg):
+        return await load_native_model(name, model_dir, cfg, opts)
     if cfg.backend != "python":
         raise Unsupported(
             f"model '{name}': backend '{cfg.backend or cfg.platform or 'unknown'}' is not supported"
-            " by this server (supported: python)"
+            " by this server (supported: python, onnxruntime, pytorch)"
         )
     py = opts.python
     cfg = normalize_config(cfg, name, model_dir=model_dir, backend_default_max_batch_size=py.default_max_batch_size,
@@ -148,12 +157,17 @@ async def load_model(
                 await asyncio.gather(*(i.stop() for i in instances), return_exceptions=True)
                 err = errors[0]
                 if isinstance(err, ModelyardError):
-                    raise ModelyardError(
-                        f"Failed to initialize Python stub: {err.message}", err.code
-                    ) from None
+                    raise VersionLoadError(v, err.message, err.code) from None
                 raise err
+            try:
+                await warm_up(cfg, model_dir, v, instances)
+            except BaseException:
+                await asyncio.gather(*(i.stop() for i in instances), return_exceptions=True)
+                raise
             sched: Scheduler
-            if cfg.HasField("sequence_batching"):
+            if cfg.sequence_batching.iterative_sequence:
+                sched = IterativeSequenceBatcher(name, instances, cfg)
+            elif cfg.HasField("sequence_batching"):
                 sched = SequenceBatcher(name, instances, cfg)
             elif cfg.HasField("dynamic_batching") and cfg.max_batch_size > 0:
                 sched = DynamicBatcher(name, instances, BatcherConfig.from_config(cfg))

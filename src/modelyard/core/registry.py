@@ -21,6 +21,8 @@ class ModelEntry:
     versions: dict[int, ModelVersion] = field(default_factory=dict)
     state: str = ""  # "" (never loaded), LOADING, READY, UNLOADING, UNAVAILABLE
     reason: str = ""
+    # Versions of the last failed load or unload: the index keeps listing them, as Triton.
+    last_versions: list[int] = field(default_factory=list)
 
 
 class ModelRegistry:

@@ -12,9 +12,15 @@ from typing import Any
 from modelyard.backends.base import RequestContext
 from modelyard.config.render import model_metadata as render_metadata
 from modelyard.core.bls import CoreHandlers
+from modelyard.core.ensembles import EnsembleLoadError
+from modelyard.core.file_override import remove as remove_override
 from modelyard.core.lifecycle import LoadOptions, ModelVersion, load_model
+from modelyard.core.loading import ModelLoads
 from modelyard.core.registry import ModelRegistry
+from modelyard.core.response_cache import ResponseCache
+from modelyard.core.response_cache import attach as attach_cache
 from modelyard.core.settings import LogSettings, TraceSettings
+from modelyard.core.shared_memory import SharedMemoryManager, uses_shared_memory
 from modelyard.core.validation import validate
 from modelyard.errors import (
     InvalidArgument,
@@ -22,6 +28,7 @@ from modelyard.errors import (
     NotFound,
     Unavailable,
     Unsupported,
+    VersionLoadError,
 )
 from modelyard.types import InferRequest, InferResponse
 
@@ -30,7 +37,7 @@ log = logging.getLogger("modelyard")
 SERVER_VERSION = "2.51.0"
 EXTENSIONS = [
     "classification", "sequence", "model_repository", "model_repository(unload_dependents)",
-    "schedule_policy", "model_configuration", "cuda_shared_memory",
+    "schedule_policy", "model_configuration", "system_shared_memory", "cuda_shared_memory",
     "binary_tensor_data", "parameters", "statistics", "trace", "logging",
 ]  # fmt: skip
 
@@ -45,6 +52,10 @@ class ServerOptions:
     exit_on_error: bool = False
     exit_timeout: float = 30.0
     load: LoadOptions = field(default_factory=LoadOptions)
+    poll_secs: float = 15.0  # poll mode: seconds between repository scans
+    load_threads: int = 4  # models loading at once (--model-load-thread-count)
+    allow_client_shm: bool = True  # system shared-memory extension (--allow-client-shm)
+    cache_bytes: int = 0  # local response cache size (--cache-config local,size=N); 0 = none
 
 
 def parse_version(version: str) -> int | None:
@@ -65,8 +76,12 @@ class InferenceServer:
         self.handlers = CoreHandlers(self)
         self.log_settings = LogSettings()
         self.trace_settings = TraceSettings()
+        self.loads = ModelLoads(options.load_threads)
+        self.poller: Any = None  # RepositoryPoller in poll mode
         self._live = True
         self._started = False
+        self.shared_memory = SharedMemoryManager(options.allow_client_shm)
+        self.response_cache = ResponseCache(options.cache_bytes) if options.cache_bytes else None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -80,48 +95,103 @@ class InferenceServer:
                 names = sorted(self.registry.locations)
         else:
             names = sorted(self.registry.locations)
-        results = await asyncio.gather(*(self._load(n) for n in names), return_exceptions=True)
+        if mode == "poll":
+            from modelyard.core.polling import RepositoryPoller
+
+            self.poller = RepositoryPoller(self, self.options.poll_secs)
+            self.poller.prime()
+        from modelyard.core.ensembles import ensembles_last
+
+        groups = ensembles_last(self.registry.locations, names)  # step models before ensembles
+        results: list[Any] = []
+        for group in groups:
+            results += await asyncio.gather(*(self._load(n) for n in group), return_exceptions=True)
+        names = [n for group in groups for n in group]
         failed = [n for n, r in zip(names, results, strict=False) if isinstance(r, BaseException)]
         self._started = True
+        if self.poller is not None:
+            self.poller.start()
         return failed
 
-    async def _load(self, name: str, override: Any | None = None) -> None:
-        location = self.registry.locations.get(name)
-        if location is None and override is None:
+    async def _load(self, name: str, override: Any | None = None,
+                    files: dict[str, bytes] | None = None, from_model: bool = False) -> None:  # fmt: skip
+        """Load (or reload) ``name``: one load per model at a time, at most
+        ``--model-load-thread-count`` at once; ``files`` materialise in a private folder."""
+        async with self.loads.lock(name):
+            async with self.loads.slot(from_model):
+                # (written off the event loop: override files may be large)
+                model_dir = await asyncio.to_thread(self.loads.prepare, name, override, files)
+                try:
+                    old = await self._load_locked(name, override, model_dir)
+                except BaseException:
+                    remove_override(model_dir)  # the folder of the serving load stays
+                    entry = self.registry.entries.get(name)
+                    if model_dir is not None and entry is not None and not entry.versions \
+                            and name not in self.registry.locations:  # fmt: skip
+                        del self.registry.entries[name]  # no ghost of a model that never was
+                    raise
+            # The new versions serve; the old ones drain their requests, then finalize (no
+            # load slot held meanwhile).
+            await asyncio.gather(*(mv.stop(self.options.exit_timeout) for mv in old.values()))
+            self.loads.adopt(name, model_dir)
+
+    async def _load_locked(self, name: str, override: Any | None,
+                           model_dir: Any) -> dict[int, ModelVersion]:  # fmt: skip
+        """Load the new versions and switch requests to them; return the replaced ones."""
+        location = model_dir if model_dir is not None else self.registry.locations.get(name)
+        if location is None:
+            raise ModelyardError(f"failed to load '{name}', failed to poll from model repository")
+        if name in self.registry.errors and model_dir is None:  # the index tells why
             raise ModelyardError(f"failed to load '{name}', failed to poll from model repository")
         entry = self.registry.entry(name)
-        if name in self.registry.errors and override is None:
-            entry.state, entry.reason = "UNAVAILABLE", self.registry.errors[name]
-            raise ModelyardError(f"failed to load '{name}': {self.registry.errors[name]}")
-        entry.state, entry.reason = "LOADING", ""
+        # A reload keeps the old versions serving (and READY) until the new ones are up.
+        if not entry.versions:
+            entry.state, entry.reason = "LOADING", ""
         try:
-            assert location is not None
             versions = await load_model(
                 name, str(location), self.options.load, self.handlers, override
             )
+        except EnsembleLoadError as e:
+            if not entry.versions:  # Triton lists such an ensemble with no state
+                entry.state, entry.reason = "", ""
+            log.error("failed to load '%s': %s", name, e.message)
+            raise InvalidArgument(f"load failed for model '{name}': {e.message}\n") from None
+        except VersionLoadError as e:
+            if not entry.versions:
+                entry.state, entry.reason = "UNAVAILABLE", e.reason
+                entry.last_versions = [e.version]
+            log.error("failed to load '%s' version %d: %s", name, e.version, e.reason)
+            raise InvalidArgument(f"load failed for model '{name}': {e.message}") from None
         except ModelyardError as e:
-            entry.state, entry.reason = "UNAVAILABLE", e.message
+            if not entry.versions:
+                entry.state, entry.reason = "UNAVAILABLE", e.message
             log.error("failed to load '%s': %s", name, e.message)
             raise
         except Exception as e:
-            entry.state, entry.reason = "UNAVAILABLE", f"{type(e).__name__}: {e}"
+            if not entry.versions:
+                entry.state, entry.reason = "UNAVAILABLE", f"{type(e).__name__}: {e}"
             log.exception("failed to load '%s'", name)
             raise ModelyardError(f"failed to load '{name}': {e}") from e
         old = entry.versions
+        for mv in versions:
+            attach_cache(mv, self.response_cache)
         entry.versions = {mv.version: mv for mv in versions}
         entry.state, entry.reason = "READY", ""
         for mv in versions:
             log.info("successfully loaded '%s' version %d", name, mv.version)
-        for _v, mv in old.items():
-            await mv.stop(self.options.exit_timeout)
+        return old
 
     async def stop(self) -> None:
         self._live = False
+        if self.poller is not None:
+            await self.poller.stop()
         await asyncio.gather(
             *(mv.stop(self.options.exit_timeout) for e in self.registry.entries.values()
               for mv in e.versions.values()),
             return_exceptions=True,
         )  # fmt: skip
+        self.loads.release_all()
+        self.shared_memory.close()
 
     # -- health and metadata -----------------------------------------------------------------
 
@@ -143,7 +213,9 @@ class InferenceServer:
         return {
             "name": self.options.server_id,
             "version": SERVER_VERSION,
-            "extensions": list(EXTENSIONS),
+            "extensions": [
+                e for e in EXTENSIONS if e != "system_shared_memory" or self.shared_memory.enabled
+            ],
         }
 
     def get_version(self, name: str, version: str = "") -> ModelVersion:
@@ -210,6 +282,7 @@ class InferenceServer:
             if not fut.done():
                 fut.set_result(resp)
 
+        shm_out = self.shared_memory.bind(request) if uses_shared_memory(request) else None
         mv, ctx = self._prepare(request, on_response)
         if mv.decoupled:
             raise Unsupported(
@@ -223,6 +296,8 @@ class InferenceServer:
             raise
         if resp.error is not None:
             raise resp.error
+        if shm_out:
+            self.shared_memory.write_outputs(resp, shm_out)
         return resp
 
     def submit(self, request: InferRequest, on_response: Any,
@@ -264,11 +339,18 @@ class InferenceServer:
                            chain: frozenset[str] = frozenset()) -> AsyncIterator[InferResponse]:  # fmt: skip
         """Every response of a request (decoupled or not), errors as ``response.error``."""
         queue: asyncio.Queue[InferResponse] = asyncio.Queue()
+        shm_out = self.shared_memory.bind(request) if uses_shared_memory(request) else None
         mv, ctx = self._prepare(request, queue.put_nowait, chain)
         mv.scheduler.submit(ctx)
         try:
             while True:
                 resp = await queue.get()
+                if shm_out and resp.error is None:
+                    try:
+                        self.shared_memory.write_outputs(resp, shm_out)
+                    except ModelyardError as e:
+                        resp = InferResponse(resp.model_name, resp.model_version, resp.id,
+                                             error=e, final=resp.final)  # fmt: skip
                 yield resp
                 if resp.final:
                     return
@@ -285,7 +367,9 @@ class InferenceServer:
             entry = self.registry.entries.get(name)
             if entry is None or (not entry.versions and entry.state == ""):
                 if not ready_only:
-                    out.append({"name": name})
+                    error = self.registry.errors.get(name)  # e.g. in two repositories
+                    out.append({"name": name, "state": "UNAVAILABLE", "reason": error}
+                               if error else {"name": name})  # fmt: skip
                 continue
             if entry.versions:
                 for v in sorted(entry.versions):
@@ -295,10 +379,14 @@ class InferenceServer:
                     if not ready_only or entry.state == "READY":
                         out.append(item)
             elif not ready_only:
-                item = {"name": name, "state": entry.state}
-                if entry.reason:
-                    item["reason"] = entry.reason
-                out.append(item)
+                last = [str(v) for v in entry.last_versions] or [""]
+                for ver in last:  # Triton keeps listing the versions the model had
+                    item = {"name": name, "state": entry.state}
+                    if ver:
+                        item = {"name": name, "version": ver, "state": entry.state}
+                    if entry.reason:
+                        item["reason"] = entry.reason
+                    out.append(item)
         return out
 
     def _require_explicit(self) -> None:
@@ -313,31 +401,49 @@ class InferenceServer:
         from modelyard.config.repository import validate_model_name
 
         validate_model_name(name)
-        if files:
-            raise Unsupported("file overrides in load requests are not supported yet")
+        if files and not config:
+            from modelyard.core.file_override import CONFIG_REQUIRED
+
+            raise InvalidArgument(CONFIG_REQUIRED)
         override = None
         if config:
             from modelyard.config.pbtxt import config_from_json
 
             override = config_from_json(config)
         self.registry.scan()
-        await self._load(name, override)
+        await self._load(name, override, files, from_model)
 
     async def unload_model(self, name: str, unload_dependents: bool = False,
                            from_model: bool = False) -> None:  # fmt: skip
         if not from_model:
             self._require_explicit()
+        names = [name]
+        if unload_dependents:  # ensembles first, so none calls a model that is going away
+            from modelyard.core.dependents import dependents
+
+            configs = {n: [mv.config for mv in e.versions.values()]
+                       for n, e in self.registry.entries.items()}  # fmt: skip
+            names = [*dependents(name, configs), name]
+        for n in names:
+            async with self.loads.lock(n):
+                await self._unload(n)
+
+    async def _unload(self, name: str) -> None:
+        """Stop taking requests for ``name``, drain in-flight ones, then finalize."""
         entry = self.registry.entries.get(name)
         if entry is None:
             return
-        if not entry.versions:  # e.g. a model that failed to load: it is now unloaded
-            entry.state, entry.reason = "UNAVAILABLE", "unloaded"
+        if not entry.versions:
+            # A model that failed to load keeps its reason (Triton 2.51); others are unloaded.
+            if entry.state != "UNAVAILABLE":
+                entry.state, entry.reason = "UNAVAILABLE", "unloaded"
             return
         versions, entry.versions = entry.versions, {}
+        entry.last_versions = sorted(versions)
         entry.state, entry.reason = "UNLOADING", ""
-        for mv in versions.values():
-            await mv.stop(self.options.exit_timeout)
+        await asyncio.gather(*(mv.stop(self.options.exit_timeout) for mv in versions.values()))
         entry.state, entry.reason = "UNAVAILABLE", "unloaded"
+        self.loads.release(name)
 
     # -- statistics and settings ------------------------------------------------------------
 
@@ -357,6 +463,20 @@ class InferenceServer:
                 )
             return {"model_stats": [entry.versions[v].stats.as_dict()]}  # type: ignore[index]
         return {"model_stats": [mv.stats.as_dict() for _, mv in sorted(entry.versions.items())]}
+
+    # -- system shared memory (core/shared_memory.py) ----------------------------------------
+
+    def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.shared_memory.register(name, key, offset, byte_size)
+
+    def shm_unregister(self, name: str = "") -> None:
+        self.shared_memory.unregister(name)
+
+    def shm_status(self, name: str = "") -> list[dict[str, Any]]:
+        return self.shared_memory.status(name)
+
+    def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]:
+        return self.shared_memory.cuda_status(name)
 
     def get_log_settings(self) -> dict[str, Any]:
         return self.log_settings.as_dict()

@@ -6,6 +6,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+# Triton's failure reasons, in the order its metrics list them.
+FAILURE_REASONS = ("OTHER", "BACKEND", "CANCELED", "REJECTED")
+
 
 @dataclass(slots=True)
 class Duration:
@@ -43,6 +46,8 @@ class ModelStats:
     cache_hit: Duration = field(default_factory=Duration)
     cache_miss: Duration = field(default_factory=Duration)
     batches: dict[int, BatchStat] = field(default_factory=dict)
+    # Failed requests by Triton's reason (the metrics' ``reason`` label).
+    fail_reasons: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
 
     def record_success(
         self, t_received: int, t_queued: int, t_start: int, t_end: int, batch: int
@@ -66,9 +71,10 @@ class ModelStats:
         stat.compute_input.add(0)
         stat.compute_output.add(0)
 
-    def record_failure(self, t_received: int, t_end: int) -> None:
+    def record_failure(self, t_received: int, t_end: int, reason: str = "BACKEND") -> None:
         self.last_inference_ms = int(time.time() * 1000)
         self.fail.add(t_end - t_received)
+        self.fail_reasons[reason] = self.fail_reasons.get(reason, 0) + 1
 
     def as_dict(self) -> dict[str, Any]:
         return {

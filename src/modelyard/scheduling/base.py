@@ -31,6 +31,10 @@ async def run_batch(
 ) -> None:
     """Run one batch on an instance: timing, per-batch statistics, and an error response for
     every request if the instance itself fails (a bug there must not strand the callers)."""
+    if any(ctx.done for ctx in batch):  # cancelled after it left the queue: already answered
+        batch = [ctx for ctx in batch if not ctx.done]
+        if not batch:
+            return
     now = time.monotonic_ns()
     for ctx in batch:
         ctx.t_start = now

@@ -125,7 +125,9 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
         policy = self._policy(level)
         limit = policy.max_queue_size or HARD_QUEUE_CAP
         if len(self._queues[level]) >= limit:
-            raise Unavailable("Exceeds maximum queue size")
+            raise Unavailable(
+                f"[request id: {req.id or '<id_unknown>'}] Exceeds maximum queue size"
+            )
         ctx.scheduler = self
         if not self._idle:
             self._check_deadlock(ctx)

@@ -17,7 +17,9 @@ from tritonclient.utils import InferenceServerException
 from tests.serverproc import ServerProcess, start_server
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script` is deprecated:DeprecationWarning"
+)
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 

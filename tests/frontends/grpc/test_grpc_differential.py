@@ -25,7 +25,8 @@ TEST_MODELS = Path(__file__).resolve().parents[2] / "models"
 MODELS = ("grpc_identity_all", "grpc_decoupled", "grpc_slow", "grpc_raise")
 
 # Known differences (key -> why); everything else must match. Not probed at all: CUDA
-# shared-memory registration (modelyard answers UNIMPLEMENTED: it has no GPU support).
+# shared-memory registration (both answer INVALID_ARGUMENT, with different texts: modelyard
+# gives Triton's CPU-build text, the reference a GPU build's).
 DIFFERENT: dict[str, str] = {}
 
 

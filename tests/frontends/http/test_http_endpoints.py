@@ -412,5 +412,8 @@ def test_shared_memory_endpoints(client: httpclient.InferenceServerClient) -> No
     assert client.get_cuda_shared_memory_status() == []
     with pytest.raises(InferenceServerException) as exc:
         client.register_cuda_shared_memory("r", b"AAAA", 0, 16)
-    assert exc.value.status() == "501"
-    assert exc.value.message() == "CUDA shared memory is not supported: this server has no GPU"
+    assert exc.value.status() == "400"
+    assert (
+        exc.value.message()
+        == "failed to register CUDA shared memory region: 'r', GPUs not supported"
+    )

@@ -182,8 +182,10 @@ def test_metrics_endpoint(with_metrics: ServerProcess) -> None:
     conn.close()
     status, headers, text = _get(srv.ports["metrics"], "/metrics")
     assert status == 200 and headers["content-type"] == "text/plain; charset=utf-8"
-    assert b'nv_inference_request_success{model="http_echo",version="1"} 1.0' in text
-    assert b"_total" not in text
+    assert (
+        b'nv_inference_request_success{model="http_echo",version="1"} 1\n' in text
+    )  # Triton's format
+    assert b"_total{" not in text and b"_total " not in text  # no "_total" counter suffix
     assert _get(srv.ports["metrics"], "/metrics", "HEAD")[::2] == (200, b"")
     assert _get(srv.ports["metrics"], "/nope")[0] == 404
     assert _get(srv.ports["metrics"], "/metrics", "POST")[0] == 405

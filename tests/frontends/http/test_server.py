@@ -255,7 +255,7 @@ async def test_infer_errors(frontend: ServerProcess, session: aiohttp.ClientSess
         assert message in json.loads(got_body)["error"]
 
 
-async def test_shared_memory_without_the_core_extension(
+async def test_shared_memory_unknown_key_and_region(
     frontend: ServerProcess, session: aiohttp.ClientSession,
     client: aioclient.InferenceServerClient,
 ) -> None:  # fmt: skip
@@ -264,8 +264,9 @@ async def test_shared_memory_without_the_core_extension(
         await client.get_system_shared_memory_status("r")
     assert exc.value.status() == "404"
     with pytest.raises(InferenceServerException) as exc:
-        await client.register_system_shared_memory("r", "/key", 64)
-    assert exc.value.status() == "501"
+        await client.register_system_shared_memory("r", "/modelyard_test_no_such_key", 64)
+    assert (exc.value.status(), exc.value.message()) == (
+        "500", "Unable to open shared memory region: '/modelyard_test_no_such_key'")  # fmt: skip
     await client.unregister_system_shared_memory("r")
     await client.unregister_system_shared_memory()
     body = json.dumps({"inputs": [
@@ -285,7 +286,7 @@ async def test_cuda_shared_memory_is_unsupported(client: aioclient.InferenceServ
     with pytest.raises(InferenceServerException) as exc:
         await client.register_cuda_shared_memory("r", handle, 0, 64)
     assert (exc.value.status(), exc.value.message()) == (
-        "501", "CUDA shared memory is not supported: this server has no GPU")  # fmt: skip
+        "400", "failed to register CUDA shared memory region: 'r', GPUs not supported")  # fmt: skip
     await client.unregister_cuda_shared_memory()
 
 
@@ -306,12 +307,12 @@ async def test_repository_index_load_unload(client: aioclient.InferenceServerCli
     index = await client.get_model_repository_index()
     assert {"name": "http_add", "version": "1", "state": "READY"} in index
     await client.load_model("http_add")  # a reload
-    # The override files are decoded and handed to the core, which does not take them yet.
+    # The override files are decoded and handed to the core, which loads the model from them
+    # (no class in model.py: the load fails with the model's error, 400 or 500).
     with pytest.raises(InferenceServerException) as exc:
         await client.load_model("new", config='{"backend":"python"}',
                                 files={"file:1/model.py": b"print('hi')\n"})  # fmt: skip
-    assert (exc.value.status(), exc.value.message()) == (
-        "501", "file overrides in load requests are not supported yet")  # fmt: skip
+    assert exc.value.status() in ("400", "500") and "new" in exc.value.message()
     await client.unload_model("http_add", unload_dependents=True)
     try:
         assert not await client.is_model_ready("http_add")

@@ -11,6 +11,7 @@ own ``helper.py`` each keep theirs.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -27,8 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import triton_python_backend_utils as pb
 from modelyard.backends.base import Instance, RequestContext
+from modelyard.backends.python import release
 from modelyard.backends.python.stub import format_exception
 from modelyard.backends.python.stub_runtime import error_code_name
+from modelyard.core.bls import link_to_parents
 from modelyard.core.validation import validate
 from modelyard.errors import ErrorCode, InternalError, ModelyardError
 from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor, datatype_of
@@ -44,6 +47,11 @@ _CODES = {"UNKNOWN": 0, "INTERNAL": 1, "NOT_FOUND": 2, "INVALID_ARG": 3, "UNAVAI
 _import_lock = threading.Lock()
 # The chain of instances blocked on the batch this thread is running (see core/bls.py).
 _tls = threading.local()
+# The batch whose execute runs in this context (thread or task): BLS calls made from it are
+# cancelled with it (see core/bls.py).
+_PARENTS: contextvars.ContextVar[tuple[RequestContext, ...]] = contextvars.ContextVar(
+    "modelyard_inprocess_parents", default=()
+)
 
 
 class _ExistingModule(importlib.abc.Loader):
@@ -192,7 +200,13 @@ class InProcessRuntime:
             ctx = RequestContext(core_request, names, box.append, chain=self._chain)
             t0 = time.monotonic_ns()
             ctx.t_queued = ctx.t_start = t0
-            target.run_direct([ctx])
+            parents = _PARENTS.get()
+            unlink = link_to_parents(parents, ctx) if parents else None
+            try:
+                target.run_direct([ctx])
+            finally:
+                if unlink is not None:
+                    unlink()
             t1 = time.monotonic_ns()
             if not box:  # answered through a response sender via the loop: rare, wait for it
                 return (
@@ -215,14 +229,15 @@ class InProcessRuntime:
             sched.release_claimed(target)
 
     def _start(self, request: Any, decoupled: bool, sink: Any, chain: frozenset[str],
-               caller: str = "") -> None:  # fmt: skip
+               caller: str = "", parents: tuple[RequestContext, ...] = ()) -> None:  # fmt: skip
         """On the loop thread: run the BLS request; ``sink((pb_response, final))`` per reply."""
         from modelyard.core.bls import start_bls
 
         def emit(resp: InferResponse, final: bool) -> None:
             sink((self._pb_response(resp), final))
 
-        start_bls(self.core, self._core_request(request), decoupled, chain, emit, caller)
+        start_bls(self.core, self._core_request(request), decoupled, chain, emit, caller,
+                  parents)  # fmt: skip
 
     def exec(self, request: Any, decoupled: bool) -> Any:
         if _on_loop(self.loop):
@@ -239,7 +254,7 @@ class InProcessRuntime:
         replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
         caller = getattr(_tls, "instance", "")
         self.loop.call_soon_threadsafe(
-            self._start, request, decoupled, replies.put, self._chain, caller
+            self._start, request, decoupled, replies.put, self._chain, caller, _PARENTS.get()
         )
         if not decoupled:
             return replies.get()[0]
@@ -259,7 +274,7 @@ class InProcessRuntime:
             if item[1] and not done.done():
                 done.set_result(None)
 
-        self._start(request, decoupled, sink, frozenset())
+        self._start(request, decoupled, sink, frozenset(), "", _PARENTS.get())
         # Triton models iterate the awaited value with a plain `for` on this very loop, which
         # could never deliver later responses: wait for the final one, then hand them over.
         await done
@@ -359,6 +374,7 @@ class InProcessInstance(Instance):
         self._outputs: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self.sync_execute = False
+        self.iterative = release.is_iterative(spec.config_json)
 
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         rt = self.runtime
@@ -458,6 +474,7 @@ class InProcessInstance(Instance):
         err = resp.error()
         if err is not None:
             out.error = ModelyardError(err.message(), ErrorCode(error_code_name(int(err.code()))))
+            out.model_error = True
             return out
         wanted = set(names)
         for t in resp.output_tensors():
@@ -488,7 +505,9 @@ class InProcessInstance(Instance):
                 f"objects. InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) "
                 f"size is:{len(returned)}\n"
             )
-        for resp in returned:
+        for req, resp in zip(requests, returned, strict=True):
+            if resp is not None and req._release_flags & release.RESCHEDULE:
+                raise _BatchError(release.returned_for_rescheduled(resp))
             if resp is not None and not isinstance(resp, pb.InferenceResponse):
                 raise _BatchError(
                     "Expected an 'InferenceResponse' object in the execute function return list, "
@@ -504,6 +523,17 @@ class InProcessInstance(Instance):
                 continue
             ctx.send(self._core_response(ctx, resp, True, req._requested_output_names))
 
+    def _release(self, batch: list[RequestContext], requests: list[Any]) -> None:
+        """Requests the model rescheduled go back to the scheduler (iterative sequences)."""
+        indices = release.rescheduled(requests)
+        if not indices:
+            return
+        if not self.iterative:
+            release.refuse(pb, requests, indices)
+            return
+        for i in indices:
+            release.reschedule(batch[i])
+
     def _fail(self, batch: list[RequestContext], detail: str) -> None:
         err = InternalError(
             f"Failed to process the request(s) for model '{self.name}', message: {detail}"
@@ -518,18 +548,30 @@ class InProcessInstance(Instance):
 
         chain = frozenset({self.name}).union(*(ctx.chain for ctx in batch))
 
+        parents = tuple(batch)
+
         def run() -> Any:
             _tls.chain, _tls.instance = chain, self.name
+            token = _PARENTS.set(parents)
             try:
                 with pb.runtime_context(rt):
                     return self.model.execute(requests)
             finally:
+                _PARENTS.reset(token)
                 _tls.chain, _tls.instance = frozenset(), ""
 
         if not self.sync_execute:
-            # Real concurrency: the instance takes the next batch while this one awaits.
-            with pb.runtime_context(rt):
-                task = asyncio.get_running_loop().create_task(self._run_async(batch, requests))
+            token = _PARENTS.set(parents)
+            try:
+                with pb.runtime_context(rt):
+                    coro = self._run_async(batch, requests)
+                    if self.iterative:  # released (maybe rescheduled) when execute returns
+                        await coro
+                        return
+                    # Real concurrency: the instance takes the next batch while this one awaits.
+                    task = asyncio.get_running_loop().create_task(coro)
+            finally:
+                _PARENTS.reset(token)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
@@ -539,6 +581,7 @@ class InProcessInstance(Instance):
                 await self._finish(batch, requests, returned)
                 return
             self._collect(batch, requests, returned)
+            self._release(batch, requests)
         except _BatchError as e:
             self._fail(batch, str(e))
         except BaseException as e:
@@ -551,15 +594,18 @@ class InProcessInstance(Instance):
         outer_instance = getattr(_tls, "instance", "")
         _tls.chain = outer.union({self.name}, *(ctx.chain for ctx in batch))
         _tls.instance = self.name
+        token = _PARENTS.set(tuple(batch))
         try:
             with pb.runtime_context(self.runtime):
                 returned = self.model.execute(requests)
             self._collect(batch, requests, returned)
+            self._release(batch, requests)
         except _BatchError as e:
             self._fail(batch, str(e))
         except BaseException as e:
             self._fail(batch, format_exception(e))
         finally:
+            _PARENTS.reset(token)
             _tls.chain, _tls.instance = outer, outer_instance
 
     async def _run_async(self, batch: list[RequestContext], requests: list[Any]) -> None:
@@ -569,6 +615,7 @@ class InProcessInstance(Instance):
         try:
             returned = await coro
             self._collect(batch, requests, returned)
+            self._release(batch, requests)
         except _BatchError as e:
             self._fail(batch, str(e))
         except BaseException as e:

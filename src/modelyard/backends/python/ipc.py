@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 _HEADER = struct.Struct("<I")
+BURST = 32  # frames handled per turn of the server's event loop (see FrameProtocol)
 MAX_FRAME = 1 << 31
 
 # Message kinds, server -> worker.
@@ -27,6 +28,7 @@ BLS_RESPONSE = "bls_response"  # a response (or error) for a BLS call the worker
 FREE = "free"  # shared-memory blocks the other side may reuse
 CANCEL = "cancel"  # requests whose client went away
 CONTROL_RESULT = "control_result"  # answer to a model-control call
+METRICS = "metrics"  # (kind, call_id): the worker answers RESULT with its custom metrics
 
 # Message kinds, worker -> server.
 READY = "ready"
@@ -51,28 +53,55 @@ class FrameProtocol(asyncio.Protocol):
         self._on_message = on_message
         self._on_lost = on_lost
         self._buf = bytearray()
+        self._paused = False  # frames wait in _buf for the next turn of the loop
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
+        self._buf += data
+        if not self._paused:
+            self._process(BURST)
+
+    def _process(self, limit: int) -> None:
+        """Handle up to ``limit`` complete frames. A model that streams fast fills one read
+        with hundreds of frames: handling them all at once would hold the first response back
+        until the last is decoded, so the rest wait a turn of the loop (reading paused)."""
         buf = self._buf
-        buf += data
         pos = 0
         end = len(buf)
+        done = 0
         while end - pos >= 4:
             (n,) = _HEADER.unpack_from(buf, pos)
             if end - pos - 4 < n:
                 break
+            if done == limit:
+                del buf[:pos]
+                if not self._paused and self.transport is not None:
+                    self._paused = True
+                    self.transport.pause_reading()
+                asyncio.get_running_loop().call_soon(self._resume)
+                return
             message = pickle.loads(memoryview(buf)[pos + 4 : pos + 4 + n])
             pos += 4 + n
+            done += 1
             self._on_message(message)
         if pos:
             del buf[:pos]
+        if self._paused:
+            self._paused = False
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.resume_reading()
+
+    def _resume(self) -> None:
+        if self._paused:
+            self._process(BURST)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self._paused = False
+        self._process(-1)  # what the worker wrote before it went away
         self._on_lost()
 
     def send(self, message: tuple[Any, ...]) -> None:

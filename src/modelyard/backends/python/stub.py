@@ -21,6 +21,8 @@ import traceback
 from typing import Any
 
 from modelyard.backends.python import ipc, shm
+from modelyard.backends.python.release import is_iterative
+from modelyard.backends.python.stub_bls import PARENTS
 
 log = logging.getLogger("modelyard.stub")
 
@@ -85,6 +87,10 @@ class Stub:
             kind = msg[0]
             if kind == ipc.FREE:
                 self.pool.release(msg[1])
+            elif kind == ipc.METRICS:  # answered here: the main thread may be in execute
+                from triton_python_backend_utils._metrics import snapshot
+
+                self.send(ipc.RESULT, msg[1], True, snapshot())
             elif kind in (ipc.BLS_RESPONSE, ipc.CONTROL_RESULT, ipc.CANCEL):
                 if self.runtime is not None:
                     self.runtime.deliver(msg)
@@ -178,6 +184,7 @@ class Stub:
         self.runtime.spec = spec
         outputs = json.loads(spec["config_json"]).get("output", [])
         self.runtime.all_outputs = [o["name"] for o in outputs]
+        self.runtime.iterative = is_iterative(spec["config_json"])
         cls = self._import_model()
         self.model = cls()
         if hasattr(self.model, "initialize"):
@@ -237,21 +244,29 @@ class Stub:
             )
         requests = [self.runtime.make_request(item) for item in items]
         self.executing = True
+        # BLS calls made from here (and from tasks the coroutine starts) belong to this batch:
+        # the server cancels them when the batch's requests are cancelled.
+        parents = PARENTS.set(tuple(item[0] for item in items))
         try:
             returned = self.model.execute(requests)
             if asyncio.iscoroutine(returned):
-                if self.spec["decoupled"]:
-                    self.runtime.run_in_background(returned, self.event_loop())
+                if self.runtime.iterative:
+                    # A request is released (maybe rescheduled) when execute has finished.
+                    returned = self._run_maybe_async(returned)
+                elif self.spec["decoupled"]:
+                    self.runtime.run_in_background(returned, self.event_loop(), requests)
                     returned = None
                 else:
                     self._finish_async(call_id, requests, returned)
                     return ipc.ASYNC_ACCEPTED
-            return self.runtime.collect_responses(requests, returned)
+            results = self.runtime.collect_responses(requests, returned)
+            return self.runtime.release(requests, results)
         except _Failure as f:
             raise _Failure("INTERNAL", self._batch_error(f.message)) from None
         except BaseException as e:
             raise _Failure("INTERNAL", self._batch_error(format_exception(e))) from None
         finally:
+            PARENTS.reset(parents)
             self.executing = False
 
     def _batch_error(self, detail: str) -> str:
@@ -265,6 +280,7 @@ class Stub:
         def done(f: Any) -> None:
             try:
                 results = self.runtime.collect_responses(requests, f.result())
+                results = self.runtime.release(requests, results)
             except _Failure as e:
                 self.send(ipc.RESPONSES, call_id, False, ("INTERNAL", self._batch_error(e.message)))
             except BaseException as e:
@@ -288,6 +304,9 @@ class _Failure(Exception):
 
 
 def main() -> None:
+    # Run as __main__: make `import modelyard.backends.python.stub` (stub_runtime does) find
+    # this very module, so its _Failure is the class execute() catches.
+    sys.modules.setdefault("modelyard.backends.python.stub", sys.modules[__name__])
     fd = int(sys.argv[1])
     prefix = sys.argv[2]
     # Shutdown is message-driven (as Triton's stub): a Ctrl-C at the terminal reaches the whole

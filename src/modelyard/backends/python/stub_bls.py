@@ -9,6 +9,7 @@ they arrive.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import json
 import queue
@@ -24,6 +25,11 @@ if TYPE_CHECKING:
 
 _CODES = {"UNKNOWN": 0, "INTERNAL": 1, "NOT_FOUND": 2, "INVALID_ARG": 3, "UNAVAILABLE": 4,
           "UNSUPPORTED": 5, "ALREADY_EXISTS": 6, "CANCELLED": 7}  # fmt: skip
+
+# The request keys of the batch whose execute is running in this context (thread or task).
+PARENTS: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
+    "modelyard_bls_parents", default=()
+)
 
 # Waiting for a BLS reply is bounded even when the request sets no timeout: the server's
 # deadlock detection answers cycles at once, so this only guards against a lost server.
@@ -79,6 +85,7 @@ class BlsClient:
             # Only a call made by a blocked sync execute holds this instance while it waits.
             "blocking": self.rt.stub.executing and threading.get_ident() == self.rt.stub.main_ident,
             "caller_model": self.rt.spec["model_name"],
+            "parents": PARENTS.get(),
         }
 
     def _response(self, payload: Any) -> Any:

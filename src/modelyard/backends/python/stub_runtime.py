@@ -11,6 +11,13 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from modelyard.backends.python import ipc, shm
+from modelyard.backends.python.release import (
+    RESCHEDULE,
+    is_iterative,
+    refuse,
+    rescheduled,
+    returned_for_rescheduled,
+)
 from modelyard.types import datatype_of
 
 if TYPE_CHECKING:
@@ -42,6 +49,7 @@ class StubRuntime:
             json.loads(spec["config_json"]).get("output", []) if spec.get("config_json") else []
         )
         self.all_outputs: list[str] = [o["name"] for o in outputs]
+        self.iterative = is_iterative(spec.get("config_json") or "")
 
     # -- requests in, responses out ----------------------------------------------------------
 
@@ -109,20 +117,37 @@ class StubRuntime:
             if resp is None:
                 results.append(None)
                 continue
+            if req._release_flags & RESCHEDULE:
+                raise _failure(returned_for_rescheduled(resp))
             if not isinstance(resp, pb.InferenceResponse):
                 raise _failure(
                     "Expected an 'InferenceResponse' object in the execute function return list, "
                     f"found type '{type(resp)}'."
                 )
             results.append(self.pack_response(resp, req.requested_output_names()))
+            if self.cancelled:
+                self.cancelled.discard(req._modelyard_key)
         return results
+
+    def release(self, requests: list[Any], results: list[Any]) -> Any:
+        """execute's result frame: the packed responses, plus the indices of the requests to
+        execute again when the model rescheduled some (see release.py)."""
+        indices = rescheduled(requests)
+        if not indices:
+            return results
+        if not self.iterative:
+            refuse(self.pb, requests, indices)
+            return results
+        return (results, indices)
 
     def _send(self, key: int, response: Any, flags: int, output_names: list[str] | None) -> None:
         payload = None if response is None else self.pack_response(response, output_names)
         self.stub.send(ipc.SEND, key, payload, flags)
+        if flags & 1 and self.cancelled:
+            self.cancelled.discard(key)  # answered: nothing will ask about it again
 
     def run_in_background(
-        self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop
+        self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop, requests: list[Any]
     ) -> None:
         fut = asyncio.run_coroutine_threadsafe(coro, loop)
 
@@ -132,6 +157,10 @@ class StubRuntime:
                 from modelyard.backends.python.stub import format_exception
 
                 log.error("%s", format_exception(exc))
+                return
+            indices = rescheduled(requests)
+            if indices:  # never for an iterative model: its coroutine is awaited in place
+                refuse(self.pb, requests, indices)
 
         fut.add_done_callback(done)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelyard.backends.base import Instance, RequestContext
-from modelyard.backends.python import ipc, shm
+from modelyard.backends.python import ipc, release, shm
 from modelyard.errors import ErrorCode, InternalError, ModelyardError
 from modelyard.types import InferResponse, Tensor
 
@@ -82,6 +82,7 @@ class PythonWorker(Instance):
         # request key -> context, while a response may still come
         self._live: dict[int, RequestContext] = {}
         self._async_batches: dict[int, list[int]] = {}  # execute call id -> request keys
+        self._early_results: dict[int, tuple[bool, Any]] = {}  # RESPONSES before RESULT
         self._keys = itertools.count(1)
         self._alive = False
         self._lost = asyncio.Event()
@@ -99,6 +100,9 @@ class PythonWorker(Instance):
 
     async def spawn(self) -> None:
         self._loop = asyncio.get_running_loop()
+        # Wait for READY from now on: it may arrive while the connection is still being set
+        # up (when the loop was busy meanwhile), and must not be dropped then.
+        self._calls[0] = self._loop.create_future()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._proc = await asyncio.create_subprocess_exec(
@@ -150,7 +154,7 @@ class PythonWorker(Instance):
                 await self._proc.wait()
         self._alive = False
         self._pool.close()
-        shm.sweep(self._prefix)
+        shm.sweep(self._prefix + "-")
 
     def kill(self) -> None:
         if self._proc is not None and self._proc.returncode is None:
@@ -178,7 +182,7 @@ class PythonWorker(Instance):
     async def _call(self, kind: str, payload: Any, timeout: float, what: str) -> Any:
         assert self._loop is not None
         call_id = next(self._call_ids) if kind != ipc.READY else 0
-        fut: asyncio.Future[Any] = self._loop.create_future()
+        fut: asyncio.Future[Any] = self._calls.get(call_id) or self._loop.create_future()
         self._calls[call_id] = fut
         try:
             if kind != ipc.READY:
@@ -189,6 +193,23 @@ class PythonWorker(Instance):
             raise InternalError(
                 f"{what} of model instance '{self.name}' did not finish within {timeout:g} s"
             ) from None
+        finally:
+            self._calls.pop(call_id, None)
+
+    async def metrics_snapshot(self, timeout: float = 2.0) -> list[dict[str, Any]]:
+        """The custom metrics (pb_utils.MetricFamily) this worker's model holds; [] if the
+        worker does not answer in time (a scrape must not hang on one worker)."""
+        if self._proto is None or self._loop is None:
+            return []
+        call_id = next(self._call_ids)
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._calls[call_id] = fut
+        try:
+            self.send(ipc.METRICS, call_id)
+            result: list[dict[str, Any]] = await asyncio.wait_for(fut, timeout)
+            return result
+        except (asyncio.TimeoutError, ModelyardError, ConnectionError):
+            return []
         finally:
             self._calls.pop(call_id, None)
 
@@ -245,6 +266,7 @@ class PythonWorker(Instance):
             ctx.send(_error_response(ctx, err))
         self._live.clear()
         self._async_batches.clear()
+        self._early_results.clear()
         if was_alive and not self._stopping and self._loop is not None and self._started:
             log.error("worker process of model instance '%s' exited; restarting it", self.name)
             self._restart = self._loop.create_task(self._restart_worker())
@@ -253,7 +275,7 @@ class PythonWorker(Instance):
         if self._proc is not None:
             await self._proc.wait()
         self._pool.close()
-        shm.sweep(self._prefix)
+        shm.sweep(self._prefix + "-")
         self._pool = shm.ShmPool(self._prefix + "-s", enabled=self.spec.shm_enabled)
         self.mapper.forget_prefix(self._prefix)
         try:
@@ -313,6 +335,8 @@ class PythonWorker(Instance):
                 keys.append(key)
                 self._live[key] = ctx
                 ctx.on_cancel = lambda k=key: self._send_cancel(k)
+                if ctx.cancelled:  # e.g. a rescheduled request: the model must see it
+                    self._send_cancel(key)
                 items.append(self._pack_request(key, ctx))
             self._running = batch
             try:
@@ -324,12 +348,24 @@ class PythonWorker(Instance):
             self._running = []
             if results == ipc.ASYNC_ACCEPTED:
                 # `async def execute`: the coroutine runs on in the worker and this instance
-                # takes the next batch; results come later in a RESPONSES frame.
+                # takes the next batch; results come later in a RESPONSES frame (which may
+                # have been read already, in the same chunk as the RESULT frame).
+                early = self._early_results.pop(call_id, None)
                 self._async_batches[call_id] = keys
+                if early is not None:
+                    self._on_async_results(call_id, *early)
                 return
             self._deliver(keys, results)
 
-    def _deliver(self, keys: list[int], results: list[Any]) -> None:
+    def live_requests(self, keys: Any) -> list[RequestContext]:
+        """The requests still in flight among ``keys`` (a BLS call's parent batch)."""
+        live = self._live
+        return [ctx for ctx in (live.get(k) for k in keys) if ctx is not None]
+
+    def _deliver(self, keys: list[int], results: Any) -> None:
+        again: list[int] = []
+        if isinstance(results, tuple):  # the model rescheduled some requests
+            results, again = results
         for key, result in zip(keys, results, strict=False):
             ctx = self._live.get(key)
             if ctx is None:
@@ -339,6 +375,10 @@ class PythonWorker(Instance):
             # A request not answered yet stays live: its response sender may still answer.
             if ctx.done:
                 self._live.pop(key, None)
+        for i in again:
+            ctx = self._live.pop(keys[i], None)
+            if ctx is not None:
+                release.reschedule(ctx)
 
     def _send_cancel(self, key: int) -> None:
         if key in self._live and self._proto is not None:
@@ -354,6 +394,8 @@ class PythonWorker(Instance):
     def _on_async_results(self, call_id: int, ok: bool, payload: Any) -> None:
         keys = self._async_batches.pop(call_id, None)
         if keys is None:
+            if call_id in self._calls:  # execute's RESULT is not consumed yet
+                self._early_results[call_id] = (ok, payload)
             return
         if ok:
             self._deliver(keys, payload)
@@ -374,6 +416,7 @@ class PythonWorker(Instance):
         resp = InferResponse(req.model_name, str(self.spec.version), req.id, final=final)
         if payload[0] == "err":
             resp.error = ModelyardError(payload[1], ErrorCode(payload[2]))
+            resp.model_error = True
             return resp
         _, outputs, params = payload
         for packed in outputs:

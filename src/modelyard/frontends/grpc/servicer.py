@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import posixpath
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, Protocol, TypeVar
 
@@ -18,6 +17,8 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 
+from modelyard.core.file_override import check_path
+from modelyard.core.shared_memory import cuda_unsupported
 from modelyard.errors import (
     InternalError,
     InvalidArgument,
@@ -32,7 +33,6 @@ from modelyard.types import InferRequest, InferResponse
 
 log = logging.getLogger("modelyard")
 
-CUDA_SHM_UNSUPPORTED = "CUDA shared memory is not supported: this server has no GPU"
 DECOUPLED_UNSUPPORTED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 _REPOSITORY_NAME_UNSUPPORTED = "'repository_name' specification is not supported"
 
@@ -171,8 +171,9 @@ class InferenceServicer:
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[WireInferRequest], context: Any
-    ) -> None:
-        await run_stream(self._core, request_iterator, context)
+    ) -> AsyncIterator[Any]:
+        async for response in run_stream(self._core, request_iterator, context):
+            yield response
 
     # -- statistics --------------------------------------------------------------------------
 
@@ -281,13 +282,16 @@ class InferenceServicer:
 
     @_rpc
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        if request.name:
+        cuda_status = getattr(self._core, "cuda_shm_status", None)
+        if cuda_status is not None:
+            cuda_status(request.name)  # no CUDA region can exist: raises for any name
+        elif request.name:
             raise NotFound(f"Unable to find cuda shared memory region: '{request.name}'")
         return pb.CudaSharedMemoryStatusResponse()
 
     @_rpc
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        raise Unsupported(CUDA_SHM_UNSUPPORTED)
+        raise cuda_unsupported(request.name)
 
     @_rpc
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
@@ -371,13 +375,9 @@ def _log_update(settings: Any) -> dict[str, Any]:
 
 
 def _file_path(key: str) -> str:
-    """The relative path of a ``file:<path>`` load parameter; nothing may escape the model
-    directory (the same rule as the HTTP frontend)."""
-    path = key.removeprefix("file:")
-    norm = posixpath.normpath(path) if path else ""
-    if not path or path.startswith("/") or norm == ".." or norm.startswith("../"):
-        raise InvalidArgument(f"invalid file override path '{path}' in load parameter '{key}'")
-    return path
+    """The relative path of a ``file:<path>`` load parameter; the core's rule (nothing may
+    leave the override folder) raises INVALID_ARG naming the path."""
+    return str(check_path(key))
 
 
 async def _maybe_await(value: Any) -> Any:

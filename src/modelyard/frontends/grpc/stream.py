@@ -48,7 +48,10 @@ def _wants_grpc_error(context: Any) -> bool:
 
 async def run_stream(
     core: Core, request_iterator: AsyncIterator[WireInferRequest], context: Any
-) -> None:
+) -> AsyncIterator[EncodedResponse]:
+    """The responses to write, in order. The handler yields them (rather than awaiting
+    ``context.write`` for each): grpc.aio's generator path costs about a quarter less CPU per
+    message, which is most of a long stream's cost."""
     session = _Session(core)
     reader = asyncio.create_task(session.read(request_iterator))
     grpc_error = _wants_grpc_error(context)
@@ -60,7 +63,7 @@ async def run_stream(
             response, code = item
             if code is not None and grpc_error:
                 await context.abort(codec.grpc_status(code), response.error_message)
-            await context.write(response)
+            yield response
         await reader  # re-raise what ended the reader, if anything
     finally:
         reader.cancel()

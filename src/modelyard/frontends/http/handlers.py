@@ -10,10 +10,11 @@ from __future__ import annotations
 import base64
 import binascii
 import inspect
-import posixpath
 from typing import TYPE_CHECKING, Any
 
-from modelyard.errors import InternalError, InvalidArgument, NotFound, Unavailable, Unsupported
+from modelyard.core.file_override import check_path
+from modelyard.core.shared_memory import cuda_unsupported
+from modelyard.errors import InternalError, InvalidArgument, Unavailable, Unsupported
 from modelyard.frontends.http import codec
 from modelyard.frontends.http.util import (
     Request,
@@ -27,9 +28,6 @@ from modelyard.frontends.http.util import (
 
 if TYPE_CHECKING:
     from modelyard.core.server import InferenceServer
-
-CUDA_SHM_UNSUPPORTED = "CUDA shared memory is not supported: this server has no GPU"
-SYSTEM_SHM_UNSUPPORTED = "system shared memory is not supported by this server yet"
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -89,11 +87,9 @@ async def repository_index(core: InferenceServer, request: Request) -> Response:
 
 
 def _file_path(key: str) -> str:
-    path = key[len("file:") :]
-    norm = posixpath.normpath(path) if path else ""
-    if not path or path.startswith("/") or norm == ".." or norm.startswith("../"):
-        raise InvalidArgument(f"invalid file override path '{path}' in load parameter '{key}'")
-    return path
+    """The relative path of a ``file:<path>`` load parameter; the core's rule (nothing may
+    leave the override folder) raises INVALID_ARG naming the path."""
+    return str(check_path(key))
 
 
 async def load_model(core: InferenceServer, request: Request, model: str) -> Response:
@@ -194,14 +190,8 @@ async def trace_settings(core: InferenceServer, request: Request, model: str = "
 
 
 async def system_shm(core: InferenceServer, request: Request, region: str, action: str) -> Response:
-    supported = hasattr(core, "shm_register")
     if action == "status":
-        if supported:
-            status = await _maybe_await(core.shm_status(region))  # type: ignore[attr-defined]
-            return json_value_response(status)
-        if region:
-            raise NotFound(f"Unable to find system shared memory region: '{region}'")
-        return json_value_response([])
+        return json_value_response(core.shm_status(region))
     if action == "register":
         if not region:
             raise InvalidArgument(
@@ -215,27 +205,19 @@ async def system_shm(core: InferenceServer, request: Request, region: str, actio
         if "byte_size" not in doc:
             raise InvalidArgument("Shared memory register request has no 'byte_size' field")
         byte_size = codec.as_uint(doc["byte_size"])
-        if not supported:
-            raise Unsupported(SYSTEM_SHM_UNSUPPORTED)
-        await _maybe_await(
-            core.shm_register(region, key, offset, byte_size)  # type: ignore[attr-defined]
-        )
+        core.shm_register(region, key, offset, byte_size)
         return empty_response(200, json=True)
-    # unregister: unknown names (and "all" with nothing registered) succeed
-    if supported:
-        await _maybe_await(core.shm_unregister(region))  # type: ignore[attr-defined]
+    core.shm_unregister(region)  # unknown names (and "all" with none registered) succeed
     return empty_response(200, json=True)
 
 
 async def cuda_shm(core: InferenceServer, request: Request, region: str, action: str) -> Response:
     if action == "status":
-        if region:
-            raise NotFound(f"Unable to find cuda shared memory region: '{region}'")
-        return json_value_response([])
+        return json_value_response(core.cuda_shm_status(region))
     if action == "register":
         if not region:
             raise InvalidArgument(
                 "'region name' is necessary to register cuda shared memory region"
             )
-        raise Unsupported(CUDA_SHM_UNSUPPORTED)
+        raise cuda_unsupported(region)
     return empty_response(200, json=True)  # unregister: nothing can be registered

@@ -15,7 +15,9 @@ class TritonPythonModel:
             if not json.loads(request.parameters()).get("report", False):
                 x = pb_utils.get_input_tensor_by_name(request, "IN")
                 call = pb_utils.InferenceRequest(
-                    model_name="cancel_child", inputs=[x], requested_output_names=["OUT"],
+                    model_name="cancel_child",
+                    inputs=[x],
+                    requested_output_names=["OUT"],
                     request_id=f"{request.request_id()}-s",
                 )
                 r = call.exec()

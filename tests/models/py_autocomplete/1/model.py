@@ -1,4 +1,5 @@
 """No config.pbtxt: the model describes itself in auto_complete_config."""
+
 import triton_python_backend_utils as pb_utils
 
 

@@ -1,4 +1,5 @@
 """Kills its own process when IN is negative; echoes otherwise."""
+
 import os
 
 import triton_python_backend_utils as pb_utils

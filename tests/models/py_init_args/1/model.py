@@ -1,4 +1,5 @@
 """Returns the initialize() args it was given, as JSON."""
+
 import json
 
 import numpy as np

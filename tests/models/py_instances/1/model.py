@@ -1,4 +1,5 @@
 """Reports its process id and sleeps a little, so concurrent requests spread over instances."""
+
 import os
 import time
 

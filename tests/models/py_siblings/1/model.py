@@ -1,4 +1,5 @@
 """Imports a sibling module both ways, as Triton allows."""
+
 import helper  # absolute: the version folder is on sys.path
 
 import triton_python_backend_utils as pb_utils

@@ -25,8 +25,10 @@ class TritonPythonModel:
             sender = request.get_response_sender()
             if self.left <= 0:
                 self.left = None
-                sender.send(pb_utils.InferenceResponse(outputs),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(
+                    pb_utils.InferenceResponse(outputs),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
             else:
                 request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
                 sender.send(pb_utils.InferenceResponse(outputs))

@@ -1,5 +1,6 @@
 """Running sum per sequence, keyed by the CORRID control input (string ids); reports the size
 of the batch each request ran in."""
+
 import time
 
 import numpy as np
@@ -28,8 +29,12 @@ class TritonPythonModel:
             acc = self.acc[corrid]
             if bool(_get(r, "END")):
                 del self.acc[corrid]
-            out.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("ACC", np.array([[acc]], np.int32)),
-                pb_utils.Tensor("BATCH", np.array([[len(requests)]], np.int32)),
-            ]))
+            out.append(
+                pb_utils.InferenceResponse(
+                    [
+                        pb_utils.Tensor("ACC", np.array([[acc]], np.int32)),
+                        pb_utils.Tensor("BATCH", np.array([[len(requests)]], np.int32)),
+                    ]
+                )
+            )
         return out

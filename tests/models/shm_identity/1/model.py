@@ -7,7 +7,11 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            outputs = [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy())]
+            outputs = [
+                pb_utils.Tensor(
+                    "OUTPUT0", pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+                )
+            ]
             text = pb_utils.get_input_tensor_by_name(request, "TEXT")
             if text is not None:
                 outputs.append(pb_utils.Tensor("TEXT_OUT", text.as_numpy()))
