@@ -99,7 +99,7 @@ async def run_auto_complete(
 
     spec = _spec(cfg, model_dir, version, f"{cfg.name}_autocomplete", "CPU", opts, "{}")
     if execution_mode(cfg, opts) == "in-process":
-        from modelyard.backends.python.inprocess import auto_complete_in_process
+        from modelyard.backends.python.isolation import auto_complete_in_process
 
         completed = await auto_complete_in_process(
             spec.model_file, cfg.name, config_to_autocomplete_dict(cfg)

@@ -1,37 +1,11 @@
-"""Frontend-side protocol extensions applied around a core inference: classification, and the
-shared-memory check used while the core has no shared-memory support."""
+"""Frontend-side protocol extensions applied around a core inference: classification."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from modelyard.errors import NotFound
-from modelyard.frontends.grpc.codec import Decoded
 from modelyard.frontends.http.classify import classify  # pure numpy; shared by both frontends
-from modelyard.types import InferRequest, InferResponse
-
-_REGION = "shared_memory_region"
-
-
-def check_shared_memory(core: Any, request: InferRequest) -> None:
-    """Without the core's shared-memory extension no region can be registered, so a request
-    naming one names an unknown region (Triton's NOT_FOUND, as the HTTP frontend answers)."""
-    if hasattr(core, "shm_register"):
-        return
-    for t in request.inputs:
-        region = t.parameters.get(_REGION)
-        if region is not None:
-            raise NotFound(f"Unable to find shared memory region: '{region}'")
-    for out in request.outputs or ():
-        region = out.parameters.get(_REGION)
-        if region is not None:
-            raise NotFound(f"Unable to find shared memory region: '{region}'")
-
-
-def prepare(core: Any, decoded: Decoded) -> None:
-    """Checks to run on a decoded request before it goes to the core."""
-    if decoded.shm:
-        check_shared_memory(core, decoded.request)
+from modelyard.types import InferResponse
 
 
 def classify_outputs(core: Any, response: InferResponse, classes: dict[str, int]) -> None:

@@ -156,8 +156,6 @@ class InferenceServicer:
             if self._core.is_decoupled(msg.model_name, version):
                 raise Unsupported(DECOUPLED_UNSUPPORTED)
             decoded = codec.decode_infer_request(request)
-            if decoded.shm:
-                extensions.prepare(self._core, decoded)
             response = await self._core.infer(decoded.request)
             if response.error is not None:
                 raise response.error

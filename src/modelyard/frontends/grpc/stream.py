@@ -97,8 +97,6 @@ class _Session:
                     version = codec.check_version(msg.model_version)
                     decoupled = self.core.is_decoupled(msg.model_name, version)
                     decoded = codec.decode_infer_request(wire)
-                    if decoded.shm:
-                        extensions.prepare(self.core, decoded)
                 except ModelyardError as e:
                     error = e
                 except Exception as e:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from modelyard.errors import NotFound, Unsupported
+from modelyard.errors import Unsupported
 from modelyard.frontends.http import codec, compression
 from modelyard.frontends.http.classify import classify, output_labels
 from modelyard.frontends.http.util import JSON_HEADERS, Buffer, Request, Response, read_body
@@ -58,8 +58,6 @@ async def handle_infer(
         infer_request, plan = codec.parse_infer_request(
             model, version, memoryview(body), header_length
         )
-    if plan.shm or _uses_shm(infer_request):
-        _check_shm_support(core, infer_request, plan)
 
     response = await core.infer(infer_request)
 
@@ -100,27 +98,6 @@ def _raw_request(
         else ("", "", ())
     )
     return codec.raw_infer_request(model, version, body, spec, int(cfg.max_batch_size), len(inputs))
-
-
-def _uses_shm(request: InferRequest) -> bool:
-    return any("shared_memory_region" in t.parameters for t in request.inputs)
-
-
-def _check_shm_support(
-    core: InferenceServer, request: InferRequest, plan: codec.OutputPlan
-) -> None:
-    """Without the core's shared-memory extension no region can be registered, so any
-    reference is to an unknown region (Triton's NOT_FOUND)."""
-    if hasattr(core, "shm_register"):
-        return
-    for t in request.inputs:
-        region = t.parameters.get("shared_memory_region")
-        if region is not None:
-            raise NotFound(f"Unable to find shared memory region: '{region}'")
-    for out in request.outputs or ():
-        region = out.parameters.get("shared_memory_region")
-        if region is not None:
-            raise NotFound(f"Unable to find shared memory region: '{region}'")
 
 
 def _apply_classification(
