@@ -51,9 +51,7 @@ def _observe(urls: dict[str, str]) -> dict[str, Any]:
             time.sleep(0.15)
             rest = [pool.submit(_one, urls, model, *c) for c in CALLS[1:]]
             out[model] = [first.result(), *(f.result() for f in rest)]
-        stats = httpclient.InferenceServerClient(urls["http"]).get_inference_statistics(model)
-        s = stats["model_stats"][0]
-        out[f"{model}-stats"] = (s["inference_count"], s["inference_stats"]["fail"]["count"])
+        out[f"{model}-stats"] = _settled_stats(urls, model)
     host, port = urls["metrics"].rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     conn.request("GET", "/metrics")
@@ -61,6 +59,22 @@ def _observe(urls: dict[str, str]) -> dict[str, Any]:
     out["failures"] = sorted(line for line in text.splitlines()
                              if line.startswith("nv_inference_request_failure{model=\"queue_"))  # fmt: skip
     return out
+
+
+def _settled_stats(urls: dict[str, str], model: str) -> tuple[int, int]:
+    """(inference count, failure count) once two readings 0.1 s apart agree: Triton records a
+    refusal's statistics just after it sends the error, so a reading at once can miss one."""
+    client = httpclient.InferenceServerClient(urls["http"])
+    last: tuple[int, int] | None = None
+    for _ in range(20):
+        s = client.get_inference_statistics(model)["model_stats"][0]
+        now = (int(s["inference_count"]), int(s["inference_stats"]["fail"]["count"]))
+        if now == last:
+            break
+        last = now
+        time.sleep(0.1)
+    assert last is not None
+    return last
 
 
 def _summary(obs: dict[str, Any]) -> dict[str, Any]:
