@@ -12,11 +12,14 @@ name the segments modelyard or Triton's Python backend create for themselves.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import mmap
 import os
 import stat
 import threading
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +49,9 @@ DISABLED_MESSAGE = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 )
 _NAME_MAX = 255
+_tokens = itertools.count(1)  # one per registration, unique in this process
+# Callbacks told the token of every region unregistered (Python workers drop their mappings).
+_release_listeners: list[weakref.WeakMethod[Callable[[int], None]]] = []
 
 
 @dataclass(eq=False)
@@ -58,6 +64,8 @@ class Region:
     byte_size: int
     mm: mmap.mmap
     view: memoryview
+    token: int = 0
+    file_id: tuple[int, int] = (0, 0)  # (st_dev, st_ino): a worker maps this very object
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset,
@@ -71,6 +79,35 @@ class Region:
             self.mm.close()
         except BufferError:
             pass
+        for ref in list(_release_listeners):
+            callback = ref()
+            if callback is None:
+                _release_listeners.remove(ref)
+            else:
+                callback(self.token)
+
+    def info(self) -> tuple[Any, ...]:
+        """What another process needs to map this region itself (see ClientRef)."""
+        return (self.token, self.key, self.file_id, self.offset, self.byte_size)
+
+
+def on_region_released(callback: Callable[[int], None]) -> None:
+    """Call ``callback(token)`` (a bound method, held weakly) when a region is unregistered."""
+    _release_listeners.append(weakref.WeakMethod(callback))
+
+
+@dataclass(slots=True)
+class ClientRef:
+    """Bytes [offset, offset + byte_size) of a registered region, for a Python worker that maps
+    the region itself instead of receiving a copy. ``view`` keeps the server's mapping (and so
+    the address ``addr``) alive while the request lives."""
+
+    region: str
+    info: tuple[Any, ...]  # Region.info()
+    offset: int
+    byte_size: int
+    view: memoryview
+    addr: int
 
 
 @dataclass(slots=True)
@@ -80,6 +117,7 @@ class OutputTarget:
     region: str
     byte_size: int
     view: memoryview
+    ref: ClientRef | None = None
 
 
 def shm_path(name: str, key: str) -> str:
@@ -99,7 +137,9 @@ def shm_path(name: str, key: str) -> str:
     return os.path.join(SHM_ROOT, base)
 
 
-def _map(name: str, key: str, path: str, offset: int, byte_size: int) -> tuple[mmap.mmap, int]:
+def _map(
+    name: str, key: str, path: str, offset: int, byte_size: int
+) -> tuple[mmap.mmap, int, tuple[int, int]]:
     """Map the pages covering [offset, offset + byte_size); return the map and where the region
     starts in it (mmap offsets must be page aligned; Triton refuses unaligned ones)."""
     flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -122,7 +162,7 @@ def _map(name: str, key: str, path: str, offset: int, byte_size: int) -> tuple[m
                 f"failed to register shared memory region '{name}': unable to process address "
                 f"space{e.strerror if isinstance(e, OSError) else e}"
             ) from None
-        return mm, offset - start
+        return mm, offset - start, (st.st_dev, st.st_ino)
     finally:
         os.close(fd)
 
@@ -144,9 +184,10 @@ class SharedMemoryManager:
         with self._lock:
             if name in self._regions:
                 raise AlreadyExists(f"shared memory region '{name}' already in manager")
-            mm, start = _map(name, key, path, offset, byte_size)
+            mm, start, file_id = _map(name, key, path, offset, byte_size)
             view = memoryview(mm)[start : start + byte_size]
-            self._regions[name] = Region(name, key, offset, byte_size, mm, view)
+            self._regions[name] = Region(name, key, offset, byte_size, mm, view, next(_tokens),
+                                         file_id)  # fmt: skip
         log.debug("registered system shared memory region '%s' (key '%s', offset %d, %d bytes)",
                   name, key, offset, byte_size)  # fmt: skip
 
@@ -190,7 +231,7 @@ class SharedMemoryManager:
 
     # -- inference ---------------------------------------------------------------------------
 
-    def _slice(self, name: str, offset: int, byte_size: int) -> memoryview:
+    def _slice(self, name: str, offset: int, byte_size: int) -> ClientRef:
         """The bytes [offset, offset + byte_size) of a region, with Triton's checks."""
         with self._lock:
             region = self._regions.get(name)
@@ -202,7 +243,9 @@ class SharedMemoryManager:
             raise InvalidArgument(f"Invalid offset for shared memory region: '{name}'")
         if byte_size < 0 or offset + byte_size > size:
             raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{name}'")
-        return view[offset : offset + byte_size]
+        part = view[offset : offset + byte_size]
+        addr = np.frombuffer(part, np.uint8).ctypes.data if byte_size else 0
+        return ClientRef(name, region.info(), offset, byte_size, part, addr)
 
     def bind(self, request: InferRequest) -> dict[str, OutputTarget] | None:
         """Point every input that names a region at a read-only view of it (``raw``: the core's
@@ -212,19 +255,23 @@ class SharedMemoryManager:
             params = t.parameters
             if params and REGION in params:
                 region = str(params[REGION])
-                view = self._slice(region, _int(params.get(OFFSET, 0)), _int(params[BYTE_SIZE]))
-                t.raw = view.toreadonly()
+                ref = self._slice(region, _int(params.get(OFFSET, 0)), _int(params[BYTE_SIZE]))
+                t.raw = ref.view.toreadonly()
                 t.data = None
+                if request.shm_inputs is None:
+                    request.shm_inputs = {}
+                request.shm_inputs[t.name] = ref
         targets: dict[str, OutputTarget] | None = None
         for out in request.outputs or ():
             params = out.parameters
             if params and REGION in params:
                 region = str(params[REGION])
                 size = _int(params[BYTE_SIZE])
-                view = self._slice(region, _int(params.get(OFFSET, 0)), size)
+                ref = self._slice(region, _int(params.get(OFFSET, 0)), size)
                 if targets is None:
                     targets = {}
-                targets[out.name] = OutputTarget(region, size, view)
+                targets[out.name] = OutputTarget(region, size, ref.view, ref)
+        request.shm_outputs = {n: t.ref for n, t in targets.items()} if targets else None
         return targets
 
     @staticmethod
@@ -234,7 +281,7 @@ class SharedMemoryManager:
         outputs = response.outputs
         for i, tensor in enumerate(outputs):
             target = targets.get(tensor.name)
-            if target is None:
+            if target is None or _written(tensor):
                 continue
             nbytes = _write(tensor, target)
             outputs[i] = Tensor(tensor.name, tensor.datatype, tensor.shape, parameters={
@@ -259,6 +306,11 @@ def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(f"shared memory offset and byte size must be integers, got {value!r}")
     return value
+
+
+def _written(tensor: Tensor) -> bool:
+    """A Python worker already wrote this output into the client's region."""
+    return tensor.data is None and tensor.raw is None and REGION in tensor.parameters
 
 
 def _write(tensor: Tensor, target: OutputTarget) -> int:

@@ -29,6 +29,7 @@ FREE = "free"  # shared-memory blocks the other side may reuse
 CANCEL = "cancel"  # requests whose client went away
 CONTROL_RESULT = "control_result"  # answer to a model-control call
 METRICS = "metrics"  # (kind, call_id): the worker answers RESULT with its custom metrics
+FORGET_REGIONS = "forget-regions"  # tokens of client shm regions unregistered (client_regions)
 
 # Message kinds, worker -> server.
 READY = "ready"

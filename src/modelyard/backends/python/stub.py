@@ -21,6 +21,7 @@ import traceback
 from typing import Any
 
 from modelyard.backends.python import ipc, shm
+from modelyard.backends.python.client_regions import ClientRegions, RegionError
 from modelyard.backends.python.release import is_iterative
 from modelyard.backends.python.stub_bls import PARENTS
 
@@ -52,6 +53,7 @@ class Stub:
         self.chan = ipc.BlockingChannel(sock)
         self.pool = shm.ShmPool(shm_prefix, enabled=True)
         self.mapper = shm.ShmMapper(self._released)
+        self.regions = ClientRegions()  # client shm regions the server passes by reference
         self._to_free: list[str] = []
         self._free_lock = threading.Lock()
         self.work: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
@@ -87,6 +89,8 @@ class Stub:
             kind = msg[0]
             if kind == ipc.FREE:
                 self.pool.release(msg[1])
+            elif kind == ipc.FORGET_REGIONS:
+                self.regions.forget(msg[1])
             elif kind == ipc.METRICS:  # answered here: the main thread may be in execute
                 from triton_python_backend_utils._metrics import snapshot
 
@@ -242,7 +246,10 @@ class Stub:
                 "INTERNAL",
                 f"Python model {self.spec.get('model_file')} does not implement `execute` method.",
             )
-        requests = [self.runtime.make_request(item) for item in items]
+        try:
+            requests = [self.runtime.make_request(item) for item in items]
+        except RegionError as e:
+            raise _Failure("INTERNAL", str(e)) from None
         self.executing = True
         # BLS calls made from here (and from tasks the coroutine starts) belong to this batch:
         # the server cancels them when the batch's requests are cancelled.

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from modelyard.backends.python import ipc, shm
+from modelyard.backends.python import client_regions, ipc, shm
 from modelyard.backends.python.release import (
     RESCHEDULE,
     is_iterative,
@@ -55,16 +55,21 @@ class StubRuntime:
 
     def make_request(self, item: tuple[Any, ...]) -> Any:
         (key, req_id, corr_id, flags, inputs, output_names, params, timeout_us,
-         _model_name, _model_version) = item  # fmt: skip
+         _model_name, _model_version, dests) = item  # fmt: skip
         pb = self.pb
         tensors = []
         for packed in inputs:
+            payload = packed[3]
+            if type(payload) is tuple and payload[0] == client_regions.INPUT:
+                arr = self.stub.regions.input(payload, packed[1], packed[2])
+                tensors.append(pb.Tensor._from_server(packed[0], arr))
+                continue
             name, _datatype, arr = shm.unpack(packed, self.stub.mapper)
             tensors.append(pb.Tensor._from_server(name, arr))
         if output_names is None:
             output_names = self.all_outputs
         sender = pb.InferenceResponseSender(
-            lambda resp, fl, _k=key, _names=output_names: self._send(_k, resp, fl, _names),
+            lambda resp, fl, _k=key, _n=output_names, _d=dests: self._send(_k, resp, fl, _n, _d),
             bool(self.spec["decoupled"]),
             lambda _k=key: _k in self.cancelled,
         )
@@ -76,9 +81,11 @@ class StubRuntime:
         )  # fmt: skip
         request._modelyard_key = key
         request._modelyard_outputs = output_names
+        request._modelyard_dests = dests
         return request
 
-    def pack_response(self, response: Any, output_names: list[str] | None) -> tuple[Any, ...]:
+    def pack_response(self, response: Any, output_names: list[str] | None,
+                      dests: dict[str, Any] | None = None) -> tuple[Any, ...]:  # fmt: skip
         err = response.error()
         if err is not None:
             return ("err", err.message(), error_code_name(int(err.code())))
@@ -89,6 +96,13 @@ class StubRuntime:
             if wanted is not None and name not in wanted:
                 continue  # Triton drops outputs the client did not request
             arr = t.as_numpy()
+            dest = dests.get(name) if dests else None
+            if dest is not None:  # the client wants it in its region: write it there
+                written = self.stub.regions.write(dest, arr)
+                if written is not None:
+                    outputs.append((name, datatype_of(arr.dtype), tuple(arr.shape),
+                                    (client_regions.WRITTEN, written)))  # fmt: skip
+                    continue
             outputs.append(shm.pack(name, datatype_of(arr.dtype), arr, self.stub.pool))
         return ("ok", outputs, response._params or None)
 
@@ -124,7 +138,9 @@ class StubRuntime:
                     "Expected an 'InferenceResponse' object in the execute function return list, "
                     f"found type '{type(resp)}'."
                 )
-            results.append(self.pack_response(resp, req.requested_output_names()))
+            results.append(
+                self.pack_response(resp, req.requested_output_names(), req._modelyard_dests)
+            )
             if self.cancelled:
                 self.cancelled.discard(req._modelyard_key)
         return results
@@ -140,8 +156,9 @@ class StubRuntime:
             return results
         return (results, indices)
 
-    def _send(self, key: int, response: Any, flags: int, output_names: list[str] | None) -> None:
-        payload = None if response is None else self.pack_response(response, output_names)
+    def _send(self, key: int, response: Any, flags: int, output_names: list[str] | None,
+              dests: dict[str, Any] | None = None) -> None:  # fmt: skip
+        payload = None if response is None else self.pack_response(response, output_names, dests)
         self.stub.send(ipc.SEND, key, payload, flags)
         if flags & 1 and self.cancelled:
             self.cancelled.discard(key)  # answered: nothing will ask about it again

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelyard.backends.base import Instance, RequestContext
-from modelyard.backends.python import ipc, release, shm
+from modelyard.backends.python import client_regions, ipc, release, shm
+from modelyard.core import shared_memory
 from modelyard.errors import ErrorCode, InternalError, ModelyardError
 from modelyard.types import InferResponse, Tensor
 
@@ -91,6 +92,10 @@ class PythonWorker(Instance):
         self._started = False
         self._restart: asyncio.Task[None] | None = None
         self.restarts = 0
+        # Client shm regions this worker may have mapped (client_regions.py), by token.
+        self._region_tokens: set[int] = set()
+        self._direct_outputs = (spec.config_json, client_regions.direct_outputs(spec.config_json))
+        shared_memory.on_region_released(self._region_released)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -278,6 +283,7 @@ class PythonWorker(Instance):
         shm.sweep(self._prefix + "-")
         self._pool = shm.ShmPool(self._prefix + "-s", enabled=self.spec.shm_enabled)
         self.mapper.forget_prefix(self._prefix)
+        self._region_tokens.clear()
         try:
             await self.spawn()
             await self._call(ipc.INIT, self._spec_payload(), self.spec.init_timeout, "initialize")
@@ -297,6 +303,18 @@ class PythonWorker(Instance):
                 loop.call_soon_threadsafe(self._flush_free)
             except RuntimeError:
                 pass  # loop closed: the pool is going away anyway
+
+    def _region_released(self, token: int) -> None:
+        # Runs in whichever thread unregistered the region.
+        if token in self._region_tokens and self._loop is not None:
+            self._region_tokens.discard(token)
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._send_forget, token)
+
+    def _send_forget(self, token: int) -> None:
+        if self._proto is not None:
+            with contextlib.suppress(ConnectionError):
+                self._proto.send((ipc.FORGET_REGIONS, [token]))
 
     def _flush_free(self) -> None:
         self._flush_scheduled = False
@@ -404,12 +422,37 @@ class PythonWorker(Instance):
 
     def _pack_request(self, key: int, ctx: RequestContext) -> tuple[Any, ...]:
         r = ctx.request
-        inputs = []
-        for t in r.inputs:
-            assert t.data is not None
-            inputs.append(shm.pack(t.name, t.datatype, t.data, self._pool))
+        refs = r.shm_inputs
+        inputs = [self._pack_input(t, refs.get(t.name) if refs else None) for t in r.inputs]
+        dests = None
+        if r.shm_outputs and self._may_write_outputs():
+            dests = {}
+            for name, ref in r.shm_outputs.items():
+                self._region_tokens.add(ref.info[0])
+                dests[name] = client_regions.output_destination(ref)
         return (key, r.id, r.correlation_id, r.flags, inputs, ctx.output_names,
-                r.parameters, r.timeout_us, r.model_name, r.model_version)  # fmt: skip
+                r.parameters, r.timeout_us, r.model_name, r.model_version, dests)  # fmt: skip
+
+    def _may_write_outputs(self) -> bool:
+        # The spec's config may change after __init__ (a worker spawned for auto-complete).
+        config, ok = self._direct_outputs
+        if config is not self.spec.config_json:
+            ok = client_regions.direct_outputs(self.spec.config_json)
+            self._direct_outputs = (self.spec.config_json, ok)
+        return ok
+
+    def _pack_input(self, t: Tensor, ref: Any) -> shm.Packed:
+        """A reference to the client's region when the input is exactly a view of it (the
+        worker maps the region itself), else a copy into the pool."""
+        assert t.data is not None
+        payload = client_regions.input_payload(ref, t.data) if ref is not None else None
+        if payload is not None:
+            token = ref.info[0]
+            # On first use, make sure the key still names the object the server registered.
+            if token in self._region_tokens or client_regions.still_registered_object(ref.info):
+                self._region_tokens.add(token)
+                return (t.name, t.datatype, tuple(t.data.shape), payload)
+        return shm.pack(t.name, t.datatype, t.data, self._pool)
 
     def _unpack_response(self, ctx: RequestContext, payload: Any, final: bool) -> InferResponse:
         req = ctx.request
@@ -420,6 +463,12 @@ class PythonWorker(Instance):
             return resp
         _, outputs, params = payload
         for packed in outputs:
+            payload = packed[3]
+            if type(payload) is tuple and payload[0] == client_regions.WRITTEN:
+                region = req.shm_outputs[packed[0]].region if req.shm_outputs else ""
+                resp.outputs.append(Tensor(packed[0], packed[1], packed[2], parameters={
+                    shared_memory.REGION: region, shared_memory.BYTE_SIZE: payload[1]}))  # fmt: skip
+                continue
             name, datatype, arr = shm.unpack(packed, self.mapper)
             resp.outputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
         if params:
