@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from modelyard.types import InferResponse as InferResponseCls
 if TYPE_CHECKING:
     from modelyard.core.stats import ModelStats
     from modelyard.types import InferRequest, InferResponse
+
+log = logging.getLogger("modelyard")
 
 ResponseCallback = Callable[["InferResponse"], None]
 _hook_ids = itertools.count(1)
@@ -107,7 +110,10 @@ class RequestContext:
                                               self.batch_size)  # fmt: skip
                 else:
                     self.stats.record_failure(self.t_received, t1, self._fail_reason(response))
-        self.on_response(response)
+        try:
+            self.on_response(response)
+        except Exception:  # the sender (an instance, a scheduler) must not die of a sink's fault
+            log.exception("delivering a response of '%s' failed", response.model_name)
 
     def _fail_reason(self, response: InferResponse) -> str:
         """Triton's reason label: cancelled, refused before running (queue full, timed out in

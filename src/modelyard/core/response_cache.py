@@ -195,11 +195,15 @@ class CachingScheduler:
         cache = self.cache
 
         def on_response(resp: InferResponse) -> None:
-            if resp.final and resp.error is None and not ctx.cancelled:
-                t2 = time.monotonic_ns()
-                if cache.insert(key, resp) and stats is not None:
-                    _record_miss(stats, (t1 - t0) + time.monotonic_ns() - t2)
-            forward(resp)
+            try:
+                if resp.final and resp.error is None and not ctx.cancelled:
+                    t2 = time.monotonic_ns()
+                    if cache.insert(key, resp) and stats is not None:
+                        _record_miss(stats, (t1 - t0) + time.monotonic_ns() - t2)
+            except Exception:  # a cache fault must never keep the response from the client
+                log.exception("response cache: storing a response of '%s' failed", resp.model_name)
+            finally:
+                forward(resp)
 
         ctx.on_response = on_response
         self.inner.submit(ctx)
