@@ -23,14 +23,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from modelyard.backends.base import Instance, RequestContext
 from modelyard.core.stats import ModelStats
 from modelyard.errors import Cancelled, InvalidArgument, Unavailable
 from modelyard.scheduling.base import BatchTasks, run_batch
-from modelyard.scheduling.sequence import controls_from_config
-from modelyard.types import SEQUENCE_END, SEQUENCE_START, InferResponse, Tensor, numpy_dtype
+from modelyard.scheduling.sequence import control_tensors, controls_from_config
+from modelyard.types import SEQUENCE_START, InferResponse
 
 _START, _READY, _END, _CORRID = 0, 1, 2, 3  # ModelSequenceBatching.Control.Kind
 _N_INPUTS = "iterative.n_inputs"  # ctx.extra: the request's own inputs, before control inputs
@@ -93,7 +91,10 @@ class IterativeSequenceBatcher(BatchTasks):
     def _enqueue(self, ctx: RequestContext) -> None:
         req = ctx.request
         n = ctx.extra[_N_INPUTS]
-        req.inputs = [*req.inputs[:n], *self._control_tensors(req.flags, req.correlation_id)]
+        req.inputs = [
+            *req.inputs[:n],
+            *control_tensors(self._controls, self._batched, req.flags, req.correlation_id),
+        ]
         ctx.t_queued = time.monotonic_ns()
         self._drained.clear()
         seq = self._seqs.get(req.correlation_id)
@@ -177,19 +178,3 @@ class IterativeSequenceBatcher(BatchTasks):
                 seq.running = False
             self._schedule(i)
             self._fill_slots()
-
-    def _control_tensors(self, flags: int, cid: int | str) -> list[Tensor]:
-        shape = (1, 1) if self._batched else (1,)
-        out = []
-        for c in self._controls:
-            if c.kind == _CORRID:
-                if c.datatype == "BYTES":
-                    arr = np.array([str(cid).encode()], dtype=np.object_).reshape(shape)
-                else:
-                    arr = np.array([cid], dtype=numpy_dtype(c.datatype)).reshape(shape)
-            else:
-                on = {_START: flags & SEQUENCE_START, _END: flags & SEQUENCE_END, _READY: 1}[c.kind]
-                arr = np.array([c.false_true[1 if on else 0]], dtype=numpy_dtype(c.datatype))
-                arr = arr.reshape(shape)
-            out.append(Tensor(c.name, c.datatype, shape, arr))
-        return out

@@ -56,6 +56,27 @@ def controls_from_config(cfg: Any) -> list[_Control]:
     return out
 
 
+def control_tensors(
+    controls: list[_Control], batched: bool, flags: int, cid: int | str
+) -> list[Tensor]:
+    """The control inputs (START, END, READY, CORRID) a sequence request carries into the
+    model, with the configured datatypes and true/false values."""
+    shape = (1, 1) if batched else (1,)
+    out = []
+    for c in controls:
+        if c.kind == _CORRID:
+            if c.datatype == "BYTES":
+                arr = np.array([str(cid).encode()], dtype=np.object_).reshape(shape)
+            else:
+                arr = np.array([cid], dtype=numpy_dtype(c.datatype)).reshape(shape)
+        else:
+            on = {_START: flags & SEQUENCE_START, _END: flags & SEQUENCE_END, _READY: 1}[c.kind]
+            value = c.false_true[1 if on else 0]
+            arr = np.array([value], dtype=numpy_dtype(c.datatype)).reshape(shape)
+        out.append(Tensor(c.name, c.datatype, shape, arr))
+    return out
+
+
 @dataclass(eq=False)
 class _Sequence:
     corr_id: int | str
@@ -122,7 +143,7 @@ class SequenceBatcher(BatchTasks):
                 f"inference request to model '{self.model_name}' has string correlation ID "
                 f"'{cid}', but the model's CORRID control input is not TYPE_STRING"
             )
-        req.inputs = [*req.inputs, *self._control_tensors(req.flags, cid)]
+        req.inputs = [*req.inputs, *control_tensors(self._controls, self._batched, req.flags, cid)]
         ctx.t_queued = now
         seq.last_ns = now
         seq.queue.append(ctx)
@@ -142,22 +163,6 @@ class SequenceBatcher(BatchTasks):
         if self._seqs.get(seq.corr_id) is seq:
             del self._seqs[seq.corr_id]
             self._load[seq.instance] -= 1
-
-    def _control_tensors(self, flags: int, cid: int | str) -> list[Tensor]:
-        shape = (1, 1) if self._batched else (1,)
-        out = []
-        for c in self._controls:
-            if c.kind == _CORRID:
-                if c.datatype == "BYTES":
-                    arr = np.array([str(cid).encode()], dtype=np.object_).reshape(shape)
-                else:
-                    arr = np.array([cid], dtype=numpy_dtype(c.datatype)).reshape(shape)
-            else:
-                on = {_START: flags & SEQUENCE_START, _END: flags & SEQUENCE_END, _READY: 1}[c.kind]
-                value = c.false_true[1 if on else 0]
-                arr = np.array([value], dtype=numpy_dtype(c.datatype)).reshape(shape)
-            out.append(Tensor(c.name, c.datatype, shape, arr))
-        return out
 
     def _schedule(self, i: int) -> None:
         if self._busy[i]:
