@@ -122,10 +122,8 @@ def test_a_failed_reload_leaves_the_old_version_serving(server: ServerProcess, r
     np.testing.assert_array_equal(infer_grpc(grpc, "fragile"), [5.0, 6.0])
 
 
-def test_a_reload_lets_a_slow_in_flight_request_finish_on_the_old_version(
-    server: ServerProcess, repo: Path
-) -> None:
-    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+def _slow_call_in_background(server: ServerProcess) -> tuple[threading.Thread, list[object]]:
+    """Start one HTTP request to ``slow`` on a thread; its result (or error) lands in the list."""
     result: list[object] = []
 
     def call() -> None:
@@ -136,6 +134,14 @@ def test_a_reload_lets_a_slow_in_flight_request_finish_on_the_old_version(
 
     caller = threading.Thread(target=call)
     caller.start()
+    return caller, result
+
+
+def test_a_reload_lets_a_slow_in_flight_request_finish_on_the_old_version(
+    server: ServerProcess, repo: Path
+) -> None:
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    caller, result = _slow_call_in_background(server)
     time.sleep(0.5)  # the request is executing on the old version (it takes 1.5 s)
     write_model(repo, "slow", k=100.0, exec_sleep=1.5)
     grpc.load_model("slow")
@@ -150,16 +156,7 @@ def test_a_reload_lets_a_slow_in_flight_request_finish_on_the_old_version(
 def test_unload_drains_a_slow_in_flight_request(server: ServerProcess) -> None:
     http = httpclient.InferenceServerClient(server.http_url)
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
-    result: list[object] = []
-
-    def call() -> None:
-        try:
-            result.append(infer_http(httpclient.InferenceServerClient(server.http_url), "slow"))
-        except Exception as e:
-            result.append(e)
-
-    caller = threading.Thread(target=call)
-    caller.start()
+    caller, result = _slow_call_in_background(server)
     time.sleep(0.5)  # the request is executing (it takes 1.5 s)
     grpc.unload_model("slow")
     caller.join(30)
