@@ -13,6 +13,7 @@ from typing import Any
 from modelyard.cli.main import parse_backend_config
 from modelyard.core.lifecycle import LoadOptions
 from modelyard.core.server import InferenceServer, ServerOptions
+from modelyard.heap import retain_freed_memory
 
 log = logging.getLogger("modelyard")
 
@@ -112,6 +113,9 @@ async def _close(frontend: Any, grace: float) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     _setup_logging(args.log_verbose)
+    if args.heap_retain_mb < 0:
+        raise SystemExit(f"--heap-retain-mb must be 0 or more, got {args.heap_retain_mb}")
+    retain_freed_memory(args.heap_retain_mb << 20)
     loop = os.environ.get("MODELYARD_EVENT_LOOP", "uvloop")
     if loop == "uvloop":
         import uvloop

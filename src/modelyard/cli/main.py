@@ -7,6 +7,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from modelyard.heap import DEFAULT_RETAIN_MB
+
 
 def _bool(value: str | bool) -> bool:
     if isinstance(value, bool):
@@ -104,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         help="on shutdown, how long in-flight requests may take before cancellation",
+    )
+    s.add_argument(
+        "--heap-retain-mb",
+        type=int,
+        default=DEFAULT_RETAIN_MB,
+        help="free memory (MiB) the server keeps mapped for reuse, so large tensors do not "
+        "page-fault on every request; 0 keeps glibc's defaults",
     )
     s.add_argument("--log-verbose", type=int, default=0, help="verbose log level (0 = off)")
     s.add_argument("--id", default="triton", help="server id reported in server metadata")
