@@ -19,14 +19,21 @@ def _ctx(queued: bool = False, started: bool = False) -> tuple[RequestContext, l
 
 def test_a_queued_request_ends_with_cancelled_at_once() -> None:
     ctx, got = _ctx(queued=True)
-    calls: list[str] = []
-    ctx.on_cancel = lambda: calls.append("worker")
     ctx.cancel()
     assert ctx.cancelled and ctx.done
     assert [(r.final, r.error.code, r.error.message) for r in got if r.error] == [
         (True, ErrorCode.CANCELLED, "Request was cancelled")
     ]
-    assert calls == []  # nothing runs it, so no model to tell
+
+
+def test_a_request_staged_in_a_worker_ends_at_once_and_the_worker_is_told() -> None:
+    """Staged behind the running batch (scheduling/default.py): not started, but handed over."""
+    ctx, got = _ctx(queued=True)
+    calls: list[str] = []
+    ctx.on_cancel = lambda: calls.append("worker")
+    ctx.cancel()
+    assert ctx.done and [r.error.code for r in got if r.error] == [ErrorCode.CANCELLED]
+    assert calls == ["worker"]  # so its model sees is_cancelled() when it gets there
 
 
 def test_a_running_request_tells_its_instance_and_answers_nothing() -> None:

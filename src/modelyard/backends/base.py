@@ -71,6 +71,8 @@ class RequestContext:
             r = self.request
             err = Cancelled("Request was cancelled")
             self.send(InferResponseCls(r.model_name, r.model_version, r.id, error=err))
+            if self.on_cancel is not None:  # staged in a worker: its model sees it cancelled
+                self.on_cancel()
         elif self.on_cancel is not None and not self.done:
             self.on_cancel()
         hooks = self.cancel_hooks

@@ -41,7 +41,11 @@ async def run_batch(
     try:
         await instance.execute(batch)
         if stats is not None:
-            stats.record_execution(sum(ctx.batch_size for ctx in batch), time.monotonic_ns() - now)
+            # An instance that staged the batch behind another moved t_start to when it began.
+            start = batch[0].t_start or now
+            stats.record_execution(
+                sum(ctx.batch_size for ctx in batch), time.monotonic_ns() - start
+            )
     except Exception as e:
         err = InternalError(f"model instance '{instance.name}' failed: {e}")
         for ctx in batch:

@@ -2,6 +2,12 @@
 
 Requests wait in a bounded FIFO when every instance is busy. Each batch runs in its own task
 so a caller that goes away cannot interrupt an instance halfway through a batch.
+
+Under load, an instance that can stage (a worker process) takes one more queued request while
+it runs one: the worker starts it the moment the running one ends, instead of idling until
+this process has read the result and dispatched again, which on a busy machine takes a while.
+Only requests nothing else waits on are staged (not BLS calls), so staging never makes a
+caller wait behind the request it waits for.
 """
 
 from __future__ import annotations
@@ -18,11 +24,19 @@ from modelyard.errors import Unavailable
 from modelyard.scheduling.base import BatchTasks, DeadlockCheck, run_batch
 
 
+def _stands_alone(batch: list[RequestContext]) -> bool:
+    """No BLS caller waits on these requests."""
+    return not any(ctx.chain or ctx.caller for ctx in batch)
+
+
 class DefaultScheduler(DeadlockCheck, BatchTasks):
     def __init__(self, model_name: str, instances: list[Instance], max_queue_size: int = 0):
         self.model_name = model_name
         self._instances = instances
         self._idle: collections.deque[Instance] = collections.deque(instances)
+        # Instances running one batch that may take a staged one; batches in flight per instance.
+        self._stageable: collections.deque[Instance] = collections.deque()
+        self._load: dict[int, int] = {id(i): 0 for i in instances}
         self._queue: collections.deque[RequestContext] = collections.deque()
         self._max_queue = max_queue_size or 1_000_000
         self.stats: ModelStats | None = None  # set by the core; executions counted per batch
@@ -69,12 +83,19 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
     def _dispatch(self) -> None:
         while True:
             with self._lock:
-                if not (self._idle and self._queue):
+                if not self._queue:
                     return
-                ctx = self._queue.popleft()
+                ctx = self._queue[0]
                 if ctx.cancelled or ctx.done:
+                    self._queue.popleft()
                     continue
-                instance = self._idle.popleft()
+                if self._idle:
+                    instance = self._idle.popleft()
+                elif self._stageable and _stands_alone([ctx]):
+                    instance = self._stageable.popleft()
+                else:
+                    return
+                self._queue.popleft()
             self._start(instance, [ctx])
 
     def try_claim(self, accept: Callable[[Instance], bool]) -> Instance | None:
@@ -85,12 +106,14 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
             for instance in self._idle:
                 if accept(instance):
                     self._idle.remove(instance)
+                    self._load[id(instance)] = 1
                     return instance
         return None
 
     def release_claimed(self, instance: Instance) -> None:
         """From any thread: give back an instance taken with ``try_claim``."""
         with self._lock:
+            self._load[id(instance)] = 0
             self._idle.append(instance)
             waiting = bool(self._queue)
         if waiting and self._loop is not None:
@@ -98,7 +121,23 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
 
     def _start(self, instance: Instance, batch: list[RequestContext]) -> None:
         self._loop = asyncio.get_running_loop()
+        with self._lock:
+            load = self._load[id(instance)] = self._load.get(id(instance), 0) + 1
+            # Stage only behind a batch nothing waits on either: a BLS call made by the staged
+            # batch must never count the running one's callers as waiting on it.
+            if load == 1 and getattr(instance, "can_stage", False) and _stands_alone(batch):
+                self._stageable.append(instance)
         self._spawn(self._run(instance, batch))
+
+    def _finish(self, instance: Instance) -> None:
+        with self._lock:
+            load = self._load[id(instance)] = self._load[id(instance)] - 1
+            if load == 1:
+                self._stageable.append(instance)
+            elif load == 0:
+                if instance in self._stageable:
+                    self._stageable.remove(instance)
+                self._idle.append(instance)
 
     def _queued(self) -> int:
         return len(self._queue)
@@ -107,6 +146,5 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
         try:
             await run_batch(instance, batch, self.stats)
         finally:
-            with self._lock:
-                self._idle.append(instance)
+            self._finish(instance)
             self._dispatch()

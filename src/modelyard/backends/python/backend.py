@@ -73,6 +73,21 @@ def _python_for(cfg: Any, opts: PythonBackendOptions) -> str:
     return param.string_value if param is not None and param.string_value else opts.python
 
 
+def _pipeline(cfg: Any) -> bool:
+    """Config parameter MODELYARD_PIPELINE: "false" turns off staging a queued request in a
+    busy worker (see ``PythonWorker.can_stage``)."""
+    param = cfg.parameters.get("MODELYARD_PIPELINE") if cfg.parameters else None
+    if param is None or not param.string_value:
+        return True
+    value: str = param.string_value.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(
+            f"model '{cfg.name}' parameter MODELYARD_PIPELINE: expected true or false, "
+            f"got '{param.string_value}'"
+        )
+    return value == "true"
+
+
 def _spec(cfg: Any, model_dir: str, version: int, instance_name: str, kind: str,
           opts: PythonBackendOptions, config_json: str) -> WorkerSpec:  # fmt: skip
     return WorkerSpec(
@@ -81,7 +96,7 @@ def _spec(cfg: Any, model_dir: str, version: int, instance_name: str, kind: str,
         instance_kind=kind, device_id=0, config_json=config_json,
         decoupled=bool(cfg.model_transaction_policy.decoupled),
         python=_python_for(cfg, opts), shm_enabled=opts.shm_enabled,
-        init_timeout=opts.init_timeout,
+        init_timeout=opts.init_timeout, pipeline=_pipeline(cfg),
     )  # fmt: skip
 
 

@@ -14,12 +14,13 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from modelyard.backends.base import Instance, RequestContext
-from modelyard.backends.python import client_regions, ipc, release, shm
+from modelyard.backends.python import client_regions, ipc, packing, release, shm
 from modelyard.core import shared_memory
 from modelyard.errors import ErrorCode, InternalError, ModelyardError
 from modelyard.types import InferResponse, Tensor
@@ -46,6 +47,7 @@ class WorkerSpec:
     shm_enabled: bool = True
     start_timeout: float = 30.0
     init_timeout: float = 600.0
+    pipeline: bool = True  # may hold one staged batch behind the running one
 
 
 class WorkerHandlers:
@@ -73,6 +75,11 @@ class PythonWorker(Instance):
         self._pool = shm.ShmPool(self._prefix + "-s", enabled=spec.shm_enabled)
         self.mapper = shm.ShmMapper(self._on_segment_released)
         self._running: list[RequestContext] = []
+        # A batch sent while another runs: the worker starts it the moment the running one
+        # ends, without waiting for this process to notice and dispatch (see can_stage).
+        self._staged: list[RequestContext] | None = None
+        self._inflight = 0
+        self.can_stage = spec.pipeline
         self._to_free: list[str] = []
         self._flush_scheduled = False
         self._proto: ipc.FrameProtocol | None = None
@@ -87,7 +94,6 @@ class PythonWorker(Instance):
         self._keys = itertools.count(1)
         self._alive = False
         self._lost = asyncio.Event()
-        self._exec_lock = asyncio.Lock()
         self._stopping = False
         self._started = False
         self._restart: asyncio.Task[None] | None = None
@@ -337,43 +343,67 @@ class PythonWorker(Instance):
         return shm.pack(t.name, t.datatype, t.data, self._pool)
 
     async def execute(self, batch: list[RequestContext]) -> None:
-        async with self._exec_lock:
-            if self._restart is not None and not self._restart.done():
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(self._restart), self.spec.init_timeout)
-            if not self._alive:
-                err = InternalError(f"Stub process '{self.name}' is not healthy.")
-                for ctx in batch:
-                    ctx.send(_error_response(ctx, err))
-                return
-            items = []
-            keys = []
+        """Run ``batch``. At most one more batch may be staged while one runs (the scheduler
+        stages only requests no other instance waits on); the worker runs them in order."""
+        if self._restart is not None and not self._restart.done():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._restart), self.spec.init_timeout)
+        if not self._alive:
+            err = InternalError(f"Stub process '{self.name}' is not healthy.")
             for ctx in batch:
-                key = next(self._keys)
-                keys.append(key)
-                self._live[key] = ctx
-                ctx.on_cancel = lambda k=key: self._send_cancel(k)
-                if ctx.cancelled:  # e.g. a rescheduled request: the model must see it
-                    self._send_cancel(key)
-                items.append(self._pack_request(key, ctx))
+                ctx.send(_error_response(ctx, err))
+            return
+        staged = self._inflight > 0
+        if staged:
+            if self._staged is not None:
+                raise InternalError(f"instance '{self.name}' already has a staged batch")
+            self._staged = batch
+            for ctx in batch:
+                ctx.t_start = 0  # still queued (in the worker): starts when the running one ends
+        else:
             self._running = batch
-            try:
-                call_id, results = await self._execute_call(items)
-            except ModelyardError as e:
-                self._running = []
-                self._fail(keys, e)
-                return
-            self._running = []
-            if results == ipc.ASYNC_ACCEPTED:
-                # `async def execute`: the coroutine runs on in the worker and this instance
-                # takes the next batch; results come later in a RESPONSES frame (which may
-                # have been read already, in the same chunk as the RESULT frame).
-                early = self._early_results.pop(call_id, None)
-                self._async_batches[call_id] = keys
-                if early is not None:
-                    self._on_async_results(call_id, *early)
-                return
-            self._deliver(keys, results)
+        self._inflight += 1
+        items = []
+        keys = []
+        for ctx in batch:
+            key = next(self._keys)
+            keys.append(key)
+            self._live[key] = ctx
+            ctx.on_cancel = lambda k=key: self._send_cancel(k)
+            if ctx.cancelled:  # e.g. a rescheduled request: the model must see it
+                self._send_cancel(key)
+            items.append(self._pack_request(key, ctx))
+        try:
+            call_id, results = await self._execute_call(items)
+        except ModelyardError as e:
+            self._fail(keys, e)
+            return
+        finally:
+            self._inflight -= 1
+            self._finished(batch)
+        if results == ipc.ASYNC_ACCEPTED:
+            # `async def execute`: the coroutine runs on in the worker and this instance
+            # takes the next batch; results come later in a RESPONSES frame (which may
+            # have been read already, in the same chunk as the RESULT frame).
+            early = self._early_results.pop(call_id, None)
+            self._async_batches[call_id] = keys
+            if early is not None:
+                self._on_async_results(call_id, *early)
+            return
+        self._deliver(keys, results)
+
+    def _finished(self, batch: list[RequestContext]) -> None:
+        """``batch`` left the worker: a staged batch is the running one now."""
+        if self._staged is batch:  # failed before the one ahead of it finished
+            self._staged = None
+            return
+        self._running = []
+        if self._staged is not None:
+            self._running, self._staged = self._staged, None
+            now = time.monotonic_ns()
+            for ctx in self._running:
+                if not ctx.done:
+                    ctx.t_start = now
 
     def live_requests(self, keys: Any) -> list[RequestContext]:
         """The requests still in flight among ``keys`` (a BLS call's parent batch)."""
@@ -421,17 +451,8 @@ class PythonWorker(Instance):
             self._fail(keys, ModelyardError(payload[1], ErrorCode(payload[0])))
 
     def _pack_request(self, key: int, ctx: RequestContext) -> tuple[Any, ...]:
-        r = ctx.request
-        refs = r.shm_inputs
-        inputs = [self._pack_input(t, refs.get(t.name) if refs else None) for t in r.inputs]
-        dests = None
-        if r.shm_outputs and self._may_write_outputs():
-            dests = {}
-            for name, ref in r.shm_outputs.items():
-                self._region_tokens.add(ref.info[0])
-                dests[name] = client_regions.output_destination(ref)
-        return (key, r.id, r.correlation_id, r.flags, inputs, ctx.output_names,
-                r.parameters, r.timeout_us, r.model_name, r.model_version, dests)  # fmt: skip
+        return packing.pack_request(key, ctx, self._pool, self._region_tokens,
+                                    self._may_write_outputs())  # fmt: skip
 
     def _may_write_outputs(self) -> bool:
         # The spec's config may change after __init__ (a worker spawned for auto-complete).
@@ -441,39 +462,8 @@ class PythonWorker(Instance):
             self._direct_outputs = (self.spec.config_json, ok)
         return ok
 
-    def _pack_input(self, t: Tensor, ref: Any) -> shm.Packed:
-        """A reference to the client's region when the input is exactly a view of it (the
-        worker maps the region itself), else a copy into the pool."""
-        assert t.data is not None
-        payload = client_regions.input_payload(ref, t.data) if ref is not None else None
-        if payload is not None:
-            token = ref.info[0]
-            # On first use, make sure the key still names the object the server registered.
-            if token in self._region_tokens or client_regions.still_registered_object(ref.info):
-                self._region_tokens.add(token)
-                return (t.name, t.datatype, tuple(t.data.shape), payload)
-        return shm.pack(t.name, t.datatype, t.data, self._pool)
-
     def _unpack_response(self, ctx: RequestContext, payload: Any, final: bool) -> InferResponse:
-        req = ctx.request
-        resp = InferResponse(req.model_name, str(self.spec.version), req.id, final=final)
-        if payload[0] == "err":
-            resp.error = ModelyardError(payload[1], ErrorCode(payload[2]))
-            resp.model_error = True
-            return resp
-        _, outputs, params = payload
-        for packed in outputs:
-            payload = packed[3]
-            if type(payload) is tuple and payload[0] == client_regions.WRITTEN:
-                region = req.shm_outputs[packed[0]].region if req.shm_outputs else ""
-                resp.outputs.append(Tensor(packed[0], packed[1], packed[2], parameters={
-                    shared_memory.REGION: region, shared_memory.BYTE_SIZE: payload[1]}))  # fmt: skip
-                continue
-            name, datatype, arr = shm.unpack(packed, self.mapper)
-            resp.outputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
-        if params:
-            resp.parameters = params
-        return resp
+        return packing.unpack_response(ctx, payload, final, str(self.spec.version), self.mapper)
 
     def _on_send(self, key: int, payload: Any, flags: int) -> None:
         ctx = self._live.get(key)

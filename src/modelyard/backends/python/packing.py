@@ -1,0 +1,67 @@
+"""Requests into and responses out of a worker's frames: tensors go through the worker's
+shared-memory pool, or by reference to a client's registered region (client_regions.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelyard.backends.base import RequestContext
+from modelyard.backends.python import client_regions, shm
+from modelyard.core import shared_memory
+from modelyard.errors import ErrorCode, ModelyardError
+from modelyard.types import InferResponse, Tensor
+
+
+def pack_request(key: int, ctx: RequestContext, pool: shm.ShmPool, region_tokens: set[int],
+                 may_write_outputs: bool) -> tuple[Any, ...]:  # fmt: skip
+    """The EXECUTE item for one request; ``region_tokens`` collects the client regions the
+    worker may map because of it."""
+    r = ctx.request
+    refs = r.shm_inputs
+    inputs = [_pack_input(t, refs.get(t.name) if refs else None, pool, region_tokens)
+              for t in r.inputs]  # fmt: skip
+    dests = None
+    if r.shm_outputs and may_write_outputs:
+        dests = {}
+        for name, ref in r.shm_outputs.items():
+            region_tokens.add(ref.info[0])
+            dests[name] = client_regions.output_destination(ref)
+    return (key, r.id, r.correlation_id, r.flags, inputs, ctx.output_names,
+            r.parameters, r.timeout_us, r.model_name, r.model_version, dests)  # fmt: skip
+
+
+def _pack_input(t: Tensor, ref: Any, pool: shm.ShmPool, region_tokens: set[int]) -> shm.Packed:
+    """A reference to the client's region when the input is exactly a view of it (the
+    worker maps the region itself), else a copy into the pool."""
+    assert t.data is not None
+    payload = client_regions.input_payload(ref, t.data) if ref is not None else None
+    if payload is not None:
+        token = ref.info[0]
+        # On first use, make sure the key still names the object the server registered.
+        if token in region_tokens or client_regions.still_registered_object(ref.info):
+            region_tokens.add(token)
+            return (t.name, t.datatype, tuple(t.data.shape), payload)
+    return shm.pack(t.name, t.datatype, t.data, pool)
+
+
+def unpack_response(ctx: RequestContext, payload: Any, final: bool, version: str,
+                    mapper: shm.ShmMapper) -> InferResponse:  # fmt: skip
+    req = ctx.request
+    resp = InferResponse(req.model_name, version, req.id, final=final)
+    if payload[0] == "err":
+        resp.error = ModelyardError(payload[1], ErrorCode(payload[2]))
+        resp.model_error = True
+        return resp
+    _, outputs, params = payload
+    for packed in outputs:
+        data = packed[3]
+        if type(data) is tuple and data[0] == client_regions.WRITTEN:
+            region = req.shm_outputs[packed[0]].region if req.shm_outputs else ""
+            resp.outputs.append(Tensor(packed[0], packed[1], packed[2], parameters={
+                shared_memory.REGION: region, shared_memory.BYTE_SIZE: data[1]}))  # fmt: skip
+            continue
+        name, datatype, arr = shm.unpack(packed, mapper)
+        resp.outputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
+    if params:
+        resp.parameters = params
+    return resp
