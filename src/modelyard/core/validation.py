@@ -3,7 +3,7 @@ raw tensor bytes into numpy views."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from modelyard import codec
@@ -29,10 +29,11 @@ class ModelSignature:
     inputs: dict[str, IOSpec]
     outputs: dict[str, IOSpec]
     allow_ragged: frozenset[str] = frozenset()
+    required_count: int = field(init=False)  # inputs that are not optional; checked per request
 
-    @property
-    def required_count(self) -> int:
-        return sum(1 for spec in self.inputs.values() if not spec.optional)
+    def __post_init__(self) -> None:
+        count = sum(1 for spec in self.inputs.values() if not spec.optional)
+        object.__setattr__(self, "required_count", count)
 
 
 def _rid(request: InferRequest) -> str:
@@ -44,6 +45,8 @@ def _shape_text(shape: tuple[int, ...] | list[int]) -> str:
 
 
 def _dims_match(expected: tuple[int, ...], got: tuple[int, ...]) -> bool:
+    if expected == got:  # the common case, without the per-dimension loop
+        return True
     if len(expected) != len(got):
         return False
     return all(e == -1 or e == g for e, g in zip(expected, got, strict=False))
