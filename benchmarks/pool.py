@@ -1,6 +1,6 @@
 """Pool the rounds of several ``compare.py`` runs: per-server medians over every round and
-the modelyard/Triton ratio, for the streaming and large-tensor cells (the noisiest ones on a
-small machine, where one run's two or three rounds say little).
+the modelyard/Triton ratio, for the streaming, large-tensor and concurrency-16 throughput cells
+(the noisiest ones on a small machine, where one run's two or three rounds say little).
 
     python benchmarks/pool.py 20261123-134159 20261123-140917 20261123-142640
 
@@ -21,7 +21,8 @@ SERVERS = ("modelyard", "triton")
 
 
 def _cells(results: dict[str, Any]) -> Iterator[tuple[str, float, bool]]:
-    """(metric, value, higher_is_better) for every streaming and large-tensor cell."""
+    """(metric, value, higher_is_better) for every streaming, large-tensor and concurrency-16
+    throughput cell."""
     for name, cell in results.get("streaming", {}).items():
         if isinstance(cell, dict) and cell.get("responses_per_s"):
             yield f"{name} responses/s", float(cell["responses_per_s"]), True
@@ -29,6 +30,12 @@ def _cells(results: dict[str, Any]) -> Iterator[tuple[str, float, bool]]:
         for path, cell in by_path.items():
             if isinstance(cell, dict) and cell.get("ok") and cell.get("p50_us"):
                 yield f"{size} {path} p50 ms", float(cell["p50_us"]) / 1000, False
+    for cell in results.get("throughput", []):
+        if cell.get("ok") and cell.get("concurrency") == 16 and cell.get("throughput_rps"):
+            name = f"{cell['case']} {cell['protocol']} c=16"
+            yield f"{name} req/s", float(cell["throughput_rps"]), True
+            if cell.get("server_cpu_us_per_request"):
+                yield f"{name} server CPU µs/req", float(cell["server_cpu_us_per_request"]), False
 
 
 def pool(stamps: list[str]) -> str:
