@@ -53,6 +53,17 @@ class ServerProcess:
         return self.proc.returncode
 
 
+def refused_start(repo: Path, *args: str) -> str:
+    """Run ``python -m modelyard serve`` with arguments it must refuse: assert that it exits
+    with an error, and return what it wrote to stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "modelyard", "serve", "--model-repository", str(repo), *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    return proc.stderr
+
+
 def start_server(
     repos: Path | list[Path],
     *args: str,

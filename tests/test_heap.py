@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.serverproc import ServerProcess, start_server
+from tests.serverproc import ServerProcess, refused_start, start_server
 
 MODELS = Path(__file__).parent / "models"
 
@@ -58,13 +58,8 @@ def test_zero_keeps_glibc_defaults() -> None:
 
 
 def test_negative_value_is_refused() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "modelyard", "serve", "--model-repository", str(MODELS),
-         "--heap-retain-mb", "-1"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert out.returncode != 0
-    assert "--heap-retain-mb must be 0 or more, got -1" in out.stderr
+    stderr = refused_start(MODELS, "--heap-retain-mb", "-1")
+    assert "--heap-retain-mb must be 0 or more, got -1" in stderr
 
 
 # -- through the server -------------------------------------------------------------------------

@@ -3,8 +3,6 @@ real server, visible in statistics over HTTP and gRPC (and as the reference Trit
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from google.protobuf import json_format
 from modelyard.core.response_cache import ResponseCache, parse_cache_config
 from modelyard.types import InferRequest, InferResponse, Tensor
 from tests.reference import reference_available, reference_home, start_reference
-from tests.serverproc import ServerProcess, start_server
+from tests.serverproc import ServerProcess, refused_start, start_server
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 pytestmark = pytest.mark.timeout(120)
@@ -42,13 +40,8 @@ def test_parse_cache_config() -> None:
 
 
 def test_bad_cache_config_stops_the_server_with_a_message(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "modelyard", "serve", "--model-repository", str(tmp_path),
-         "--cache-config", "redis,host=localhost"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert proc.returncode != 0
-    assert "cache 'redis' is not supported (supported: local)" in proc.stderr
+    stderr = refused_start(tmp_path, "--cache-config", "redis,host=localhost")
+    assert "cache 'redis' is not supported (supported: local)" in stderr
 
 
 def _request(x: np.ndarray[Any, Any], **kw: Any) -> InferRequest:

@@ -5,6 +5,7 @@ with a worker model (``stage_probe``) through tritonclient's grpc.aio client."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import shutil
 from collections.abc import Iterator
@@ -144,7 +145,7 @@ async def test_staged_requests_are_timed_as_queued_not_as_computing(
                                         for i in range(6)))  # fmt: skip
         stats = await client.get_inference_statistics("stage_probe", as_json=True)
     spans = sorted((e["start"], e["end"]) for e in echoes)
-    assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:], strict=False))  # one at a time
+    assert all(b[0] >= a[1] for a, b in itertools.pairwise(spans))  # one at a time
     s = stats["model_stats"][0]
     assert int(s["execution_count"]) == int(s["inference_count"]) == 6
     infer = s["inference_stats"]

@@ -16,7 +16,9 @@ class TritonPythonModel:
             start = time.monotonic()
             if request.is_cancelled():
                 self.cancelled.append(request.request_id())
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("cancelled")))
+                responses.append(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError("cancelled"))
+                )
                 continue
             params = json.loads(request.parameters() or "{}")
             deadline = start + params.get("sleep_ms", 0) / 1000.0
@@ -25,6 +27,9 @@ class TritonPythonModel:
             data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
             echo = {"start": start, "end": time.monotonic(), "cancelled": self.cancelled}
             text = np.array([json.dumps(echo).encode()], dtype=np.object_)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", data),
-                                                         pb_utils.Tensor("ECHO", text)]))
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("OUT", data), pb_utils.Tensor("ECHO", text)]
+                )
+            )
         return responses
