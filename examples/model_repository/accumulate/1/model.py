@@ -1,4 +1,5 @@
 """A stateful model: keeps a running sum per sequence (correlation id)."""
+
 import numpy as np
 
 import triton_python_backend_utils as pb_utils
@@ -11,7 +12,9 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            corrid = int(pb_utils.get_input_tensor_by_name(request, "CORRID").as_numpy().reshape(-1)[0])
+            corrid = int(
+                pb_utils.get_input_tensor_by_name(request, "CORRID").as_numpy().reshape(-1)[0]
+            )
             if pb_utils.get_input_tensor_by_name(request, "START").as_numpy().reshape(-1)[0]:
                 self.sums[corrid] = 0
             value = pb_utils.get_input_tensor_by_name(request, "VALUE").as_numpy()

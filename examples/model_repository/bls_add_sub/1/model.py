@@ -1,4 +1,5 @@
 """Business Logic Scripting: call another model (add_sub) from execute."""
+
 import triton_python_backend_utils as pb_utils
 
 

@@ -1,4 +1,5 @@
 """A decoupled model: any number of responses per request through the response sender."""
+
 import numpy as np
 
 import triton_python_backend_utils as pb_utils
