@@ -128,9 +128,12 @@ def _input(value: float) -> list[grpcaio.InferInput]:
 
 
 async def _infer(client: Any, model: str, rid: str, sleep_ms: int,
-                 timeout: float | None = None) -> dict[str, Any]:  # fmt: skip
+                 timeout: float | None = None, crash: bool = False) -> dict[str, Any]:  # fmt: skip
+    params: dict[str, Any] = {"sleep_ms": sleep_ms}
+    if crash:
+        params["crash"] = True
     result = await client.infer(model, _input(1.0), request_id=rid, client_timeout=timeout,
-                                parameters={"sleep_ms": sleep_ms})  # fmt: skip
+                                parameters=params)  # fmt: skip
     echo: dict[str, Any] = json.loads(result.as_numpy("ECHO")[0])
     return echo
 
@@ -178,3 +181,26 @@ async def test_a_cancelled_staged_request_ends_at_once(
         await asyncio.wait_for(first, 10)
         after = await asyncio.wait_for(_infer(client, model, f"{model}-after", 0), 10)
     assert (f"{model}-late" in after["cancelled"]) is reaches_model
+
+
+async def test_a_worker_that_dies_fails_its_running_and_staged_requests_only(
+    server: ServerProcess,
+) -> None:
+    """The running request kills the worker: it and the request staged behind it fail; the
+    one still queued in the server runs on the restarted worker."""
+    async with grpcaio.InferenceServerClient(server.grpc_url) as client:
+        model = "stage_probe"
+        running = asyncio.ensure_future(_infer(client, model, "dies", 300, crash=True))
+        await asyncio.sleep(0.1)
+        staged = asyncio.ensure_future(_infer(client, model, "staged", 0))
+        await asyncio.sleep(0.05)
+        queued = asyncio.ensure_future(_infer(client, model, "queued", 0))
+        results = await asyncio.wait_for(
+            asyncio.gather(running, staged, queued, return_exceptions=True), 60
+        )
+        for failed in results[:2]:
+            assert isinstance(failed, InferenceServerException), failed
+            assert "Stub process 'stage_probe_0_0' is not healthy." in str(failed), failed
+        assert isinstance(results[2], dict), results[2]
+        again = await asyncio.wait_for(_infer(client, model, "again", 0), 30)
+        assert "start" in again

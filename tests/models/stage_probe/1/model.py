@@ -1,4 +1,5 @@
 import json
+import os
 import time
 
 import numpy as np
@@ -24,6 +25,8 @@ class TritonPythonModel:
             deadline = start + params.get("sleep_ms", 0) / 1000.0
             while time.monotonic() < deadline and not request.is_cancelled():
                 time.sleep(0.005)
+            if params.get("crash"):
+                os._exit(3)
             data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
             echo = {"start": start, "end": time.monotonic(), "cancelled": self.cancelled}
             text = np.array([json.dumps(echo).encode()], dtype=np.object_)
