@@ -1,0 +1,253 @@
+"""pb_utils' runtime for in-process models: BLS into the core (a sync call to an idle
+in-process model runs directly on the caller's thread), logging and model control.
+
+The thread-local chain and the parents context variable tell a BLS call which instances wait
+on it and which requests cancel it (see core/bls.py); ``inprocess.py`` sets them around each
+execute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import triton_python_backend_utils as pb
+from modelyard.backends.base import RequestContext
+from modelyard.core.bls import link_to_parents
+from modelyard.core.validation import validate
+from modelyard.errors import InternalError, ModelyardError
+from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor, datatype_of
+
+if TYPE_CHECKING:
+    from modelyard.backends.python.inprocess import InProcessInstance
+    from modelyard.core.server import InferenceServer
+
+log = logging.getLogger("modelyard")
+
+_CODES = {"UNKNOWN": 0, "INTERNAL": 1, "NOT_FOUND": 2, "INVALID_ARG": 3, "UNAVAILABLE": 4,
+          "UNSUPPORTED": 5, "ALREADY_EXISTS": 6, "CANCELLED": 7}  # fmt: skip
+# The chain of instances blocked on the batch this thread is running (see core/bls.py).
+TLS = threading.local()
+# The batch whose execute runs in this context (thread or task): BLS calls made from it are
+# cancelled with it (see core/bls.py).
+PARENTS: contextvars.ContextVar[tuple[RequestContext, ...]] = contextvars.ContextVar(
+    "modelyard_inprocess_parents", default=()
+)
+
+
+class InProcessRuntime:
+    """pb_utils' runtime for models running in the server process."""
+
+    def __init__(self, core: InferenceServer, loop: asyncio.AbstractEventLoop, model_dir: str = "",
+                 instance: InProcessInstance | None = None):  # fmt: skip
+        self.core = core
+        self.loop = loop
+        self._model_dir = model_dir
+        self.instance = instance
+        self.package = ""  # the model's private module package (see _SiblingFinder)
+        self.search_path = [model_dir, os.path.dirname(model_dir)] if model_dir else []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # BLS ---------------------------------------------------------------------------------
+
+    def _core_request(self, request: Any) -> InferRequest:
+        inputs = []
+        for t in request.inputs():
+            arr = t.as_numpy()
+            inputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
+        version = request.model_version()
+        return InferRequest(
+            model_name=request.model_name(), inputs=inputs,
+            model_version=_version_text(version),
+            id=request.request_id(),
+            outputs=[RequestedOutput(n) for n in request.requested_output_names()] or None,
+            parameters=dict(request._params or {}), correlation_id=request.correlation_id(),
+            flags=request.flags(), timeout_us=int(request.timeout() or 0),
+        )  # fmt: skip
+
+    @staticmethod
+    def _pb_response(resp: InferResponse) -> Any:
+        if resp.error is not None:
+            err = pb.TritonError._from_server(
+                resp.error.message, _CODES.get(resp.error.code.value, 1)
+            )
+            return pb.InferenceResponse._from_server([], err)
+        tensors = [pb.Tensor._from_server(t.name, tensor_data(t)) for t in resp.outputs]
+        return pb.InferenceResponse._from_server(tensors, None, resp.parameters or None)
+
+    @property
+    def _chain(self) -> frozenset[str]:
+        chain: frozenset[str] = getattr(TLS, "chain", frozenset())
+        return chain  # empty on threads that are not running a sync batch: they hold nothing
+
+    def _direct(self, request: Any) -> Any:
+        """A sync BLS call to an idle in-process instance with a sync execute runs right here,
+        on the caller's thread: no event-loop hop, no thread switch, no copy. Returns None
+        when the call must take the ordinary path (busy target, other backend, errors)."""
+        from modelyard.scheduling.default import DefaultScheduler
+
+        try:
+            mv = self.core.get_version(request.model_name(), _version_text(request.model_version()))
+        except ModelyardError:
+            return None
+        sched = mv.scheduler
+        if mv.decoupled or not isinstance(sched, DefaultScheduler):
+            return None
+        # Only in-process instances with a sync execute have ``sync_execute`` set.
+        target: Any = sched.try_claim(lambda i: getattr(i, "sync_execute", False))
+        if target is None:
+            return None
+        try:
+            core_request = self._core_request(request)
+            try:
+                names = validate(core_request, mv.signature)
+            except ModelyardError as e:
+                text = f"Model {mv.name} - Error when running inference: {e.message}"
+                return self._pb_response(
+                    InferResponse(mv.name, "", error=ModelyardError(text, e.code))
+                )
+            if not core_request.model_version:
+                core_request.model_version = str(mv.version)
+            box: list[InferResponse] = []
+            ctx = RequestContext(core_request, names, box.append, chain=self._chain)
+            t0 = time.monotonic_ns()
+            ctx.t_queued = ctx.t_start = t0
+            parents = PARENTS.get()
+            unlink = link_to_parents(parents, ctx) if parents else None
+            try:
+                target.run_direct([ctx])
+            finally:
+                if unlink is not None:
+                    unlink()
+            t1 = time.monotonic_ns()
+            if not box:  # answered through a response sender via the loop: rare, wait for it
+                return (
+                    None
+                    if ctx.done
+                    else self._pb_response(
+                        InferResponse(
+                            mv.name, "", error=InternalError("model returned no response")
+                        )
+                    )
+                )
+            resp = box[0]
+            if resp.error is None:
+                mv.stats.record_success(t0, t0, t0, t1, 1)
+                mv.stats.record_execution(1, t1 - t0)
+            else:
+                mv.stats.record_failure(t0, t1)
+            return self._pb_response(resp)
+        finally:
+            sched.release_claimed(target)
+
+    def _start(self, request: Any, decoupled: bool, sink: Any, chain: frozenset[str],
+               caller: str = "", parents: tuple[RequestContext, ...] = ()) -> None:  # fmt: skip
+        """On the loop thread: run the BLS request; ``sink((pb_response, final))`` per reply."""
+        from modelyard.core.bls import start_bls
+
+        def emit(resp: InferResponse, final: bool) -> None:
+            sink((self._pb_response(resp), final))
+
+        start_bls(self.core, self._core_request(request), decoupled, chain, emit, caller,
+                  parents)  # fmt: skip
+
+    def exec(self, request: Any, decoupled: bool) -> Any:
+        if on_loop(self.loop):
+            raise pb.TritonModelException(
+                "exec() would block the server's event loop: in `async def execute` use "
+                "`await request.async_exec()`"
+            )
+        if not decoupled and not request.timeout():
+            direct = self._direct(request)
+            if direct is not None:
+                return direct
+        import queue as queue_mod
+
+        replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
+        caller = getattr(TLS, "instance", "")
+        self.loop.call_soon_threadsafe(
+            self._start, request, decoupled, replies.put, self._chain, caller, PARENTS.get()
+        )
+        if not decoupled:
+            return replies.get()[0]
+        return _drain(replies)
+
+    def async_exec(self, request: Any, decoupled: bool) -> Any:
+        return self._async_exec(request, decoupled)
+
+    async def _async_exec(self, request: Any, decoupled: bool) -> Any:
+        import queue as queue_mod
+
+        replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
+        done: asyncio.Future[None] = self.loop.create_future()
+
+        def sink(item: tuple[Any, bool]) -> None:
+            replies.put(item)
+            if item[1] and not done.done():
+                done.set_result(None)
+
+        self._start(request, decoupled, sink, frozenset(), "", PARENTS.get())
+        # Triton models iterate the awaited value with a plain `for` on this very loop, which
+        # could never deliver later responses: wait for the final one, then hand them over.
+        await done
+        if not decoupled:
+            return replies.get()[0]
+        return _drain(replies)
+
+    # the rest of pb_utils.Runtime ---------------------------------------------------------
+
+    def log(self, level: int, message: str, filename: str, line: int) -> None:
+        py_level = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}.get(
+            level, logging.INFO
+        )
+        log.log(py_level, "%s:%d] %s", os.path.basename(filename), line, message)
+
+    def _control(self, coro: Any) -> Any:
+        if on_loop(self.loop):
+            raise pb.TritonModelException("model control from the event loop thread would block it")
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=600)
+        except ModelyardError as e:
+            raise pb.TritonModelException(e.message) from None
+
+    def load_model(self, name: str, config: str, files: dict[str, bytes] | None) -> None:
+        self._control(self.core.load_model(name, config or None, files or None, from_model=True))
+
+    def unload_model(self, name: str, unload_dependents: bool) -> None:
+        self._control(self.core.unload_model(name, unload_dependents, from_model=True))
+
+    def is_model_ready(self, name: str, version: str) -> bool:
+        return self.core.model_ready(name, version)
+
+    def model_dir(self) -> str:
+        return self._model_dir or os.getcwd()
+
+
+def tensor_data(t: Tensor) -> Any:
+    assert t.data is not None  # decoded by validation
+    return t.data
+
+
+def _version_text(version: Any) -> str:
+    return "" if version is None or int(version) < 0 else str(version)
+
+
+def on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _drain(replies: Any) -> Iterator[Any]:
+    while True:
+        resp, final = replies.get()
+        yield resp
+        if final:
+            return
