@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import triton_python_backend_utils as pb
 from modelyard.backends.base import RequestContext
@@ -100,9 +100,10 @@ class InProcessRuntime:
         if mv.decoupled or not isinstance(sched, DefaultScheduler):
             return None
         # Only in-process instances with a sync execute have ``sync_execute`` set.
-        target: Any = sched.try_claim(lambda i: getattr(i, "sync_execute", False))
-        if target is None:
+        claimed = sched.try_claim(lambda i: getattr(i, "sync_execute", False))
+        if claimed is None:
             return None
+        target = cast("InProcessInstance", claimed)
         try:
             core_request = self._core_request(request)
             try:
