@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import operator
+import _thread
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -174,7 +175,7 @@ class InferenceResponseSender:
         self._cancelled = False
         self._closed = False
         self._sent = 0
-        self._lock = threading.RLock()
+        self._lock = _thread.RLock()  # threading.RLock adds a Python call per sender
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
         if response is not None and not isinstance(response, InferenceResponse):

@@ -9,7 +9,6 @@ TritonModelException, Logger prints to stderr, get_model_dir() answers the calle
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import os
 import sys
@@ -99,14 +98,19 @@ def get_runtime() -> Runtime | None:
     return rt if rt is not None else _process_runtime
 
 
-@contextlib.contextmanager
-def runtime_context(runtime: Runtime | None) -> Iterator[None]:
+class runtime_context:  # a class, not a generator: in-process models enter it per execute
     """Use ``runtime`` for the calling thread/task (and tasks it creates) inside the block."""
-    token = _context_runtime.set(runtime)
-    try:
-        yield
-    finally:
-        _context_runtime.reset(token)
+
+    __slots__ = ("_runtime", "_token")
+
+    def __init__(self, runtime: Runtime | None) -> None:
+        self._runtime = runtime
+
+    def __enter__(self) -> None:
+        self._token = _context_runtime.set(self._runtime)
+
+    def __exit__(self, *exc: object) -> None:
+        _context_runtime.reset(self._token)
 
 
 def require_runtime(what: str) -> Runtime:

@@ -22,6 +22,7 @@ from modelyard.backends.base import RequestContext
 from modelyard.core.bls import link_to_parents
 from modelyard.core.validation import validate
 from modelyard.errors import InternalError, ModelyardError
+from modelyard.scheduling.default import DefaultScheduler
 from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor, datatype_of
 
 if TYPE_CHECKING:
@@ -90,8 +91,6 @@ class InProcessRuntime:
         """A sync BLS call to an idle in-process instance with a sync execute runs right here,
         on the caller's thread: no event-loop hop, no thread switch, no copy. Returns None
         when the call must take the ordinary path (busy target, other backend, errors)."""
-        from modelyard.scheduling.default import DefaultScheduler
-
         try:
             mv = self.core.get_version(request.model_name(), _version_text(request.model_version()))
         except ModelyardError:
@@ -100,7 +99,7 @@ class InProcessRuntime:
         if mv.decoupled or not isinstance(sched, DefaultScheduler):
             return None
         # Only in-process instances with a sync execute have ``sync_execute`` set.
-        claimed = sched.try_claim(lambda i: getattr(i, "sync_execute", False))
+        claimed = sched.try_claim(_runs_sync)
         if claimed is None:
             return None
         target = cast("InProcessInstance", claimed)
@@ -230,6 +229,10 @@ class InProcessRuntime:
         return self._model_dir or os.getcwd()
 
 
+def _runs_sync(instance: Any) -> bool:
+    return bool(getattr(instance, "sync_execute", False))
+
+
 def tensor_data(t: Tensor) -> Any:
     assert t.data is not None  # decoded by validation
     return t.data
@@ -240,10 +243,8 @@ def _version_text(version: Any) -> str:
 
 
 def on_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
+    # The non-raising lookup: get_running_loop() raises on every model thread, per BLS call.
+    return asyncio.events._get_running_loop() is loop
 
 
 def _drain(replies: Any) -> Iterator[Any]:
