@@ -5,6 +5,7 @@ lines for this model)."""
 from __future__ import annotations
 
 import http.client
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -84,6 +85,22 @@ def test_model_metrics_reach_the_endpoint(server: ServerProcess) -> None:
         'custom_input_value_bucket{kind="test",model="metrics_custom",le="+Inf"} 3',
     ]
     assert before == [] or "custom_requests" in before[0]
+
+
+def test_a_busy_worker_still_answers_a_scrape(server: ServerProcess) -> None:
+    """The instance running a long execute reports the metrics it has updated so far."""
+    before = [*_scrape(server.metrics_url), f"custom_requests{LABELS} 0"]
+    count = int(next(line for line in before if line.startswith("custom_requests{")).split()[-1])
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(_infer, server.http_url, 1.0, sleep_s="2.5")
+        deadline = time.monotonic() + 2.0
+        lines: list[str] = []
+        while time.monotonic() < deadline and f"custom_requests{LABELS} {count + 1}" not in lines:
+            time.sleep(0.2)
+            lines = _scrape(server.metrics_url)
+        assert not running.done()  # read while the model was still sleeping in execute
+        assert f"custom_requests{LABELS} {count + 1}" in lines
+        running.result(timeout=30)
 
 
 MISUSES = {

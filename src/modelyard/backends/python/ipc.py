@@ -124,6 +124,11 @@ class BlockingChannel:
         with self._wlock:
             self._sock.sendall(data)
 
+    def has_frame(self) -> bool:
+        """Whether a whole frame is already buffered (poll would not report it)."""
+        buf = self._rbuf
+        return len(buf) >= 4 and len(buf) - 4 >= _HEADER.unpack_from(buf)[0]
+
     def recv(self) -> tuple[Any, ...] | None:
         """Next message, or None when the server closed the channel."""
         header = self._read_exact(4)

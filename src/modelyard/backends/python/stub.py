@@ -21,6 +21,7 @@ import traceback
 from typing import Any
 
 from modelyard.backends.python import ipc, shm
+from modelyard.backends.python.baton import ReadBaton
 from modelyard.backends.python.client_regions import ClientRegions, RegionError
 from modelyard.backends.python.release import is_iterative
 from modelyard.backends.python.stub_bls import PARENTS
@@ -51,6 +52,7 @@ def format_exception(exc: BaseException) -> str:
 class Stub:
     def __init__(self, sock: socket.socket, shm_prefix: str):
         self.chan = ipc.BlockingChannel(sock)
+        self.baton = ReadBaton(self.chan, sock.fileno(), self._dispatch)
         self.pool = shm.ShmPool(shm_prefix, enabled=True)
         self.mapper = shm.ShmMapper(self._released)
         self.regions = ClientRegions()  # client shm regions the server passes by reference
@@ -81,33 +83,53 @@ class Stub:
         self.chan.send(message)
 
     def reader(self) -> None:
-        while True:
-            msg = self.chan.recv()
-            if msg is None:
-                self.work.put(None)
-                return
-            kind = msg[0]
-            if kind == ipc.FREE:
-                self.pool.release(msg[1])
-            elif kind == ipc.FORGET_REGIONS:
-                self.regions.forget(msg[1])
-            elif kind == ipc.METRICS:  # answered here: the main thread may be in execute
-                from triton_python_backend_utils._metrics import snapshot
+        """The reader thread: reads when no other thread does and something must be read."""
+        self.baton.run_reader()
 
-                self.send(ipc.RESULT, msg[1], True, snapshot())
-            elif kind in (ipc.BLS_RESPONSE, ipc.CONTROL_RESULT, ipc.CANCEL):
-                if self.runtime is not None:
-                    self.runtime.deliver(msg)
-            else:
-                self.work.put(msg)
+    def _next_work(self) -> tuple[Any, ...] | None:
+        """The main thread's next command, read by itself from the channel when none is queued."""
+        work = self.work
+        try:
+            return work.get_nowait()
+        except queue.Empty:
+            pass
+        self.baton.idle()
+        self.baton.wait_for(lambda: not work.empty())
+        try:
+            return work.get(timeout=5.0)  # at the end of the stream None is queued
+        except queue.Empty:
+            return None
+
+    def _dispatch(self, msg: tuple[Any, ...] | None) -> bool:
+        """Handle one message from the server, on whichever thread read it; False at the end
+        of the stream."""
+        if msg is None:
+            self.work.put(None)
+            return False
+        kind = msg[0]
+        if kind == ipc.FREE:
+            self.pool.release(msg[1])
+        elif kind == ipc.FORGET_REGIONS:
+            self.regions.forget(msg[1])
+        elif kind == ipc.METRICS:  # answered here: the main thread may be in execute
+            from triton_python_backend_utils._metrics import snapshot
+
+            self.send(ipc.RESULT, msg[1], True, snapshot())
+        elif kind in (ipc.BLS_RESPONSE, ipc.CONTROL_RESULT, ipc.CANCEL):
+            if self.runtime is not None:
+                self.runtime.deliver(msg)
+        else:
+            self.work.put(msg)
+        return True
 
     def run(self) -> None:
         threading.Thread(target=self.reader, name="modelyard-reader", daemon=True).start()
         self.send(ipc.READY)
         while True:
-            msg = self.work.get()
+            msg = self._next_work()
             if msg is None:
                 break
+            self.baton.busy()
             kind, call_id, payload = msg
             try:
                 if kind == ipc.EXECUTE:

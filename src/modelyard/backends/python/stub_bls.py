@@ -1,9 +1,9 @@
 """BLS from inside a worker: a model's InferenceRequest.exec()/async_exec() become BLS frames
 to the server, which runs them through its core like any other request.
 
-Replies arrive on the reader thread and are handed to whoever waits: a blocked thread for
-exec(), the instance's event loop for async_exec(). Decoupled calls stream responses as
-they arrive.
+A thread blocked in exec() reads the channel itself while no other thread does (see
+baton.py); replies are handed to whoever waits: a blocked thread for exec(), the instance's
+event loop for async_exec(). Decoupled calls stream responses as they arrive.
 """
 
 from __future__ import annotations
@@ -110,13 +110,21 @@ class BlsClient:
         t = int(request.timeout() or 0)
         return t / 1e6 + 5.0 if t > 0 else DEFAULT_WAIT_S
 
+    def _next_reply(
+        self, replies: queue.SimpleQueue[tuple[Any, ...]], wait_s: float
+    ) -> tuple[Any, ...]:
+        """The next reply for a blocked caller, reading the channel while no other thread
+        does; raises queue.Empty after ``wait_s``."""
+        self.rt.stub.baton.wait_for(lambda: not replies.empty(), wait_s)
+        return replies.get_nowait()
+
     def control(self, op: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
         """A model-control call (load/unload/ready); blocks for the server's answer."""
         replies: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         call_id = self._register(replies.put)
         try:
             self.rt.stub.send(ipc.CONTROL, call_id, (op, args))
-            msg = replies.get(timeout=DEFAULT_WAIT_S)
+            msg = self._next_reply(replies, DEFAULT_WAIT_S)
         except queue.Empty:
             return False, f"model control '{op}' got no answer from the server"
         finally:
@@ -136,7 +144,7 @@ class BlsClient:
         wait_s = self._wait_s(request)
         if not decoupled:
             try:
-                msg = replies.get(timeout=wait_s)
+                msg = self._next_reply(replies, wait_s)
             except queue.Empty:
                 return self._timeout_response()
             finally:
@@ -150,7 +158,7 @@ class BlsClient:
         try:
             while True:
                 try:
-                    msg = replies.get(timeout=wait_s)
+                    msg = self._next_reply(replies, wait_s)
                 except queue.Empty:
                     yield self._timeout_response()
                     return
@@ -185,10 +193,13 @@ class BlsClient:
             loop.call_soon_threadsafe(_resolve, first, msg)
 
         call_id = self._register(put)
+        baton = self.rt.stub.baton
+        baton.urgent(1)  # the loop cannot read for itself: the reader thread must
         try:
             self._send(call_id, request, decoupled)
         except BaseException:
             self._unregister(call_id)
+            baton.urgent(-1)
             raise
         return self._await_first(call_id, first, rest, decoupled, self._wait_s(request))
 
@@ -201,6 +212,8 @@ class BlsClient:
             self._unregister(call_id)
             timeout = self._timeout_response()
             return iter([timeout]) if decoupled else timeout
+        finally:
+            self.rt.stub.baton.urgent(-1)
         if not decoupled:
             self._unregister(call_id)
             return self._response(msg[2])

@@ -1,4 +1,5 @@
 import json
+import time
 
 import numpy as np
 
@@ -29,7 +30,8 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            misuse = json.loads(request.parameters()).get("misuse")
+            params = json.loads(request.parameters())
+            misuse = params.get("misuse")
             if misuse:
                 responses.append(
                     pb_utils.InferenceResponse(error=pb_utils.TritonError(self._misuse(misuse)))
@@ -39,6 +41,7 @@ class TritonPythonModel:
             self.counter.increment(1)
             self.gauge.set(value)
             self.histogram.observe(value)
+            time.sleep(float(params.get("sleep_s", 0)))  # still running when metrics are read
             responses.append(
                 pb_utils.InferenceResponse(
                     [pb_utils.Tensor("OUT", np.array([self.counter.value()], np.float32))]
