@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import json
 import operator
-import _thread
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
