@@ -161,3 +161,33 @@ def test_the_end_of_the_stream_ends_every_wait(rig: Rig) -> None:
     assert results == [False]
     assert not reader.is_alive()
     assert any(m is None for m, _ in rig.seen)  # dispatch heard of the end of the stream
+
+
+def test_a_waiter_and_the_reader_thread_do_not_fight_over_the_baton(rig: Rig) -> None:
+    """The main thread stays busy (so the reader thread may read) while another thread keeps
+    waiting for frames: the reader thread hands the baton over once, instead of taking it back
+    each time (a race that burnt a core)."""
+    rig.start_reader()
+    rig.baton.busy()
+    time.sleep(baton_mod.LONG_RUN_S * 3)
+    stop = threading.Event()
+
+    def peer() -> None:
+        i = 0
+        while not stop.is_set():
+            rig.send(f"m{i}")
+            i += 1
+            time.sleep(0.001)
+
+    sender = threading.Thread(target=peer, daemon=True)
+    wall0, cpu0 = time.monotonic(), time.process_time()
+    sender.start()
+    try:
+        for i in range(300):
+            tag = f"m{i}"
+            assert rig.baton.wait_for(lambda: rig.got(tag), 5)  # noqa: B023 (used at once)
+    finally:
+        stop.set()
+        sender.join(5)
+    wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
+    assert cpu < 0.6 * wall, f"{cpu:.2f} s of CPU in {wall:.2f} s"

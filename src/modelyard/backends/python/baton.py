@@ -27,7 +27,8 @@ from typing import Any
 from modelyard.backends.python.ipc import BlockingChannel
 
 LONG_RUN_S = 0.002  # the reader thread reads once the main thread has been busy this long
-LINGER_S = 0.1  # after this long idle the reader thread stops checking in every LONG_RUN_S
+IDLE_CHECK_S = 0.02  # while the main thread waits, the reader thread checks in this often
+LINGER_S = 0.1  # after this long idle it stops checking in (busy() wakes it)
 
 
 class ReadBaton:
@@ -151,13 +152,23 @@ class ReadBaton:
                 while True:
                     if self._eof:
                         return
-                    if not self._holder and self._should_read():
+                    # Not while another thread waits for the baton: it was handed over to
+                    # that thread (taking it back would make the two race for it).
+                    if not self._holder and not self._followers and self._should_read():
                         self._holder = self._reader
                         self._yield_asked = False
                         break
+                    # Wake-ups cost the main thread the GIL: only when a long run may be due.
                     now = time.monotonic()
-                    self._parked = not self._busy_since and now - self._idle_since > LINGER_S
-                    self._cv.wait(None if self._parked else LONG_RUN_S)
+                    since = self._busy_since
+                    if since:
+                        timeout: float | None = max(since + LONG_RUN_S - now, 0.0005)
+                    elif now - self._idle_since > LINGER_S:
+                        timeout = None
+                    else:
+                        timeout = IDLE_CHECK_S
+                    self._parked = timeout is None
+                    self._cv.wait(timeout)
                     self._parked = False
             try:
                 if not self._read_while_wanted():
