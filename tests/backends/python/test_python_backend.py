@@ -133,12 +133,14 @@ def test_instance_count_gives_separate_processes(
     http: httpclient.InferenceServerClient, server: ServerProcess
 ) -> None:
     def call(_: int) -> int:
+        # Closed on its own thread: a tritonclient HTTP client collected on another thread
+        # fails in gevent (an "exception ignored" warning).
         c = httpclient.InferenceServerClient(server.http_url)
-        return int(
-            c.infer("py_instances", [_in("IN", np.array([1], np.float32), "FP32")]).as_numpy("PID")[
-                0
-            ]
-        )
+        try:
+            out = c.infer("py_instances", [_in("IN", np.array([1], np.float32), "FP32")])
+            return int(out.as_numpy("PID")[0])
+        finally:
+            c.close()
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(3) as pool:
