@@ -42,6 +42,24 @@ class Rig:
         with self.lock:
             return any(m is not None and m[0] == tag for m, _ in self.seen)
 
+    def waiter(self, tag: str) -> tuple[threading.Thread, list[bool]]:
+        """A thread waiting (5 s at most) for the frame ``tag``; wait_for's result lands in
+        the list."""
+        result: list[bool] = []
+        thread = threading.Thread(
+            target=lambda: result.append(self.baton.wait_for(lambda: self.got(tag), 5))
+        )
+        thread.start()
+        return thread, result
+
+    def send_to(self, waiter: tuple[threading.Thread, list[bool]], tag: str) -> int:
+        """Send ``tag`` once the waiter waits; the ident of the thread that read it."""
+        time.sleep(0.05)
+        self.send(tag)
+        waiter[0].join(5)
+        assert waiter[1] == [True]
+        return self.reader_of(tag)
+
     def reader_of(self, tag: str) -> int:
         with self.lock:
             return next(t for m, t in self.seen if m is not None and m[0] == tag)
@@ -70,16 +88,8 @@ def wait_until(cond: Callable[[], bool], limit: float = 5.0) -> bool:
 
 def test_the_waiting_thread_reads_its_own_frame(rig: Rig) -> None:
     rig.start_reader()
-    result: list[bool] = []
-    waiter = threading.Thread(
-        target=lambda: result.append(rig.baton.wait_for(lambda: rig.got("a"), 5))
-    )
-    waiter.start()
-    time.sleep(0.05)
-    rig.send("a")
-    waiter.join(5)
-    assert result == [True]
-    assert rig.reader_of("a") == waiter.ident  # no hand-off from the reader thread
+    waiter = rig.waiter("a")
+    assert rig.send_to(waiter, "a") == waiter[0].ident  # no hand-off from the reader thread
 
 
 def test_the_reader_thread_stays_out_while_the_main_thread_is_briefly_busy(rig: Rig) -> None:
@@ -99,16 +109,8 @@ def test_a_waiter_takes_the_baton_from_the_reader_thread(rig: Rig) -> None:
     rig.send("x")
     assert wait_until(lambda: rig.got("x"))  # the reader thread holds the baton now
     rig.baton.idle()
-    result: list[bool] = []
-    waiter = threading.Thread(
-        target=lambda: result.append(rig.baton.wait_for(lambda: rig.got("y"), 5))
-    )
-    waiter.start()
-    time.sleep(0.05)  # the reader thread has stepped aside by now
-    rig.send("y")
-    waiter.join(5)
-    assert result == [True]
-    assert rig.reader_of("y") == waiter.ident
+    waiter = rig.waiter("y")  # the reader thread steps aside before "y" is sent
+    assert rig.send_to(waiter, "y") == waiter[0].ident
 
 
 def test_urgent_waiters_make_the_reader_thread_read_at_once(rig: Rig) -> None:
@@ -124,19 +126,10 @@ def test_urgent_waiters_make_the_reader_thread_read_at_once(rig: Rig) -> None:
 
 def test_a_follower_wakes_when_the_reader_delivers_its_frame(rig: Rig) -> None:
     holder_done = threading.Event()
-    results: list[bool] = []
     holder = threading.Thread(target=lambda: rig.baton.wait_for(holder_done.is_set, 5))
     holder.start()
     time.sleep(0.05)  # the holder reads; the follower must wait for it
-    follower = threading.Thread(
-        target=lambda: results.append(rig.baton.wait_for(lambda: rig.got("f"), 5))
-    )
-    follower.start()
-    time.sleep(0.05)
-    rig.send("f")
-    follower.join(5)
-    assert results == [True]
-    assert rig.reader_of("f") == holder.ident
+    assert rig.send_to(rig.waiter("f"), "f") == holder.ident
     holder_done.set()
     rig.send("wake")  # the holder checks done() after each frame
     holder.join(5)
