@@ -1,8 +1,8 @@
 """The worker process: imports one model.py and runs its TritonPythonModel.
 
-Started by the server as ``python -m modelyard.backends.python.stub FD SHM_PREFIX``. A reader
-thread receives frames; the main thread runs auto_complete_config / initialize / execute /
-finalize in order, one at a time, as Triton's stub does.
+Started by the server as ``python -m modelyard.backends.python.stub FD SHM_PREFIX``. The main
+thread runs auto_complete_config / initialize / execute / finalize in order, one at a time, as
+Triton's stub does; frames are read by whichever thread waits (baton.py).
 """
 
 from __future__ import annotations

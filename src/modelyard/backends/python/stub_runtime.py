@@ -192,7 +192,8 @@ class StubRuntime:
         return str(os.path.dirname(self.spec["model_file"]))
 
     def deliver(self, msg: tuple[Any, ...]) -> None:
-        """A BLS response, control result or cancellation from the server (reader thread)."""
+        """A BLS response, control result or cancellation from the server (on the thread that
+        read it, see baton.py)."""
         if msg[0] == ipc.CANCEL:
             self.cancelled.update(msg[1])
             return
