@@ -105,18 +105,13 @@ def link_to_parents(parents: Sequence[RequestContext], child: RequestContext) ->
     """Cancel ``child`` (a BLS call) once every one of ``parents`` (the batch whose execution
     made it) is cancelled; returns the function that undoes the link when the call ends."""
 
-    if len(parents) == 1:  # the common case (a batch of one), without the closures
-        parent = parents[0]
-        token = parent.add_cancel_hook(child.cancel)
-        if parent.cancelled:  # cancelled meanwhile (in-process calls link from any thread)
-            child.cancel()
-        return lambda: parent.remove_cancel_hook(token)
-
     def on_parent_cancel() -> None:
         if parents and all(p.cancelled for p in parents):
             child.cancel()
 
-    tokens = [(p, p.add_cancel_hook(on_parent_cancel)) for p in parents]
+    # With one parent (a batch of one, the usual case) its cancellation is enough.
+    hook = child.cancel if len(parents) == 1 else on_parent_cancel
+    tokens = [(p, p.add_cancel_hook(hook)) for p in parents]
     on_parent_cancel()  # a parent cancelled meanwhile (in-process calls link from any thread)
 
     def unlink() -> None:
