@@ -1,0 +1,70 @@
+"""Requests encoded once, before the load starts: what each protocol puts on the wire.
+
+HTTP uses Triton's binary-tensor extension (a JSON header, then the raw tensors) and asks for
+every output in binary, so neither side spends time on JSON numbers. gRPC requests are
+serialized ``ModelInferRequest`` messages (tritonclient's generated protobuf classes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import orjson
+from tritonclient.grpc import service_pb2
+
+from modelyard.bench.inputs import Request
+
+EMPTY_FINAL = "triton_enable_empty_final_response"
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    path: str
+    body: bytes
+    headers: dict[str, str]
+
+
+def infer_path(model: str, version: str) -> str:
+    path = f"/v2/models/{quote(model, safe='')}"
+    if version:
+        path += f"/versions/{quote(version, safe='')}"
+    return path + "/infer"
+
+
+def http_request(
+    model: str, version: str, request: Request, outputs: tuple[str, ...]
+) -> HttpRequest:
+    header = {
+        "inputs": [
+            {
+                "name": t.name,
+                "shape": list(t.shape),
+                "datatype": t.datatype,
+                "parameters": {"binary_data_size": len(t.data)},
+            }
+            for t in request
+        ],
+        "outputs": [{"name": name, "parameters": {"binary_data": True}} for name in outputs],
+    }
+    head = orjson.dumps(header)
+    return HttpRequest(
+        infer_path(model, version),
+        head + b"".join(t.data for t in request),
+        {
+            "Inference-Header-Content-Length": str(len(head)),
+            "Content-Type": "application/octet-stream",
+        },
+    )
+
+
+def grpc_request(model: str, version: str, request: Request, streaming: bool) -> bytes:
+    """A serialized ModelInferRequest; on a stream it asks for the flag-only final response,
+    so the client knows when a decoupled model has finished answering."""
+    msg = service_pb2.ModelInferRequest(model_name=model, model_version=version)
+    for t in request:
+        msg.inputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
+        msg.raw_input_contents.append(t.data)
+    if streaming:
+        msg.parameters[EMPTY_FINAL].bool_param = True
+    return bytes(msg.SerializeToString())
