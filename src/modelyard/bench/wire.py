@@ -8,12 +8,13 @@ serialized ``ModelInferRequest`` messages (tritonclient's generated protobuf cla
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import orjson
-from tritonclient.grpc import service_pb2
 
-from modelyard.bench.inputs import Request
+if TYPE_CHECKING:  # worker processes import this module for HttpRequest alone
+    from modelyard.bench.inputs import Request
 
 EMPTY_FINAL = "triton_enable_empty_final_response"
 
@@ -61,6 +62,8 @@ def http_request(
 def grpc_request(model: str, version: str, request: Request, streaming: bool) -> bytes:
     """A serialized ModelInferRequest; on a stream it asks for the flag-only final response,
     so the client knows when a decoupled model has finished answering."""
+    from tritonclient.grpc import service_pb2
+
     msg = service_pb2.ModelInferRequest(model_name=model, model_version=version)
     for t in request:
         msg.inputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
