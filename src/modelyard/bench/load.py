@@ -76,8 +76,11 @@ class _Recorder:
         self.latencies = array("q")
         self.result = WorkerResult()
         self._cpu0: float | None = None
+        self.orphaned = False  # the parent is gone: stop sending
 
     def stopped(self) -> bool:
+        if self.orphaned:
+            return True
         if self.plan.t_end_ns is None:
             return self.quota.value <= 0
         return time.monotonic_ns() >= self.plan.t_end_ns
@@ -114,11 +117,15 @@ class _Recorder:
             samples[message] = samples.get(message, 0) + 1
 
     async def watch(self, progress: Any, index: int) -> None:
-        """Marks CPU time at the window's start and publishes progress until cancelled."""
+        """Marks CPU time at the window's start, publishes progress and watches the parent
+        until cancelled."""
+        parent = mp.parent_process()
         await _sleep_until(self.plan.t_meas_ns)
         self._cpu0 = _cpu_s()
         while True:
             progress[index] = self.result.requests + self.result.errors
+            if parent is not None and not parent.is_alive():
+                self.orphaned = True
             await asyncio.sleep(0.1)
 
     def finish(self) -> WorkerResult:
@@ -260,6 +267,8 @@ def worker_main(
                 results.put(("error", worker, traceback.format_exc(limit=5)))
                 break
             results.put(("result", worker, result))
+    except KeyboardInterrupt:
+        pass  # Ctrl-C reaches the whole process group: the parent reports it
     finally:
         loop.run_until_complete(sender.close())
         loop.close()

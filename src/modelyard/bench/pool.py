@@ -79,6 +79,7 @@ class WorkerPool:
     ) -> list[WorkerResult]:
         """Send each worker its plan (None: sits this step out) and collect the results,
         calling ``tick`` about ten times a second meanwhile."""
+        self.progress[:] = [0] * self.size  # a worker sitting this step out shows 0, not its last
         busy = 0
         for command, plan in zip(self._commands, plans, strict=True):
             if plan is not None:

@@ -42,6 +42,9 @@ def run(ns: argparse.Namespace) -> int:
     except (UsageError, SetupError) as exc:
         print(f"modelyard bench: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("modelyard bench: interrupted", file=sys.stderr)
+        return 130
     out = Console()
     if not out.is_terminal:
         out = Console(width=120)
