@@ -13,6 +13,7 @@ import binascii
 import json
 import math
 import struct
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,8 @@ def _json_entries(path: Path, model: ModelInfo, opts: Options) -> list[dict[str,
     data = doc.get("data") if isinstance(doc, dict) else None
     if not isinstance(data, list) or not data:
         raise SetupError(f'--input-data {path}: expected {{"data": [{{INPUT: ...}}, ...]}}')
+    if isinstance(doc, dict) and "validation_data" in doc:
+        print(f"modelyard bench: warning: {path}: validation_data is not checked", file=sys.stderr)
     known = {t.name: t for t in model.inputs}
     entries = []
     for i, entry in enumerate(data):

@@ -28,7 +28,8 @@ def print_table(records: list[dict[str, Any]], console: Console) -> None:
     table = Table(
         title=f"{records[0]['model']} over {records[0]['protocol']}", title_justify="left"
     )
-    table.add_column("rate/s" if rate_mode else "concurrency", justify="right")
+    first = "rate/s" if rate_mode else "concurrency"
+    table.add_column(first, justify="right", min_width=len(first))
     table.add_column("requests", justify="right")
     table.add_column("req/s", justify="right")
     if streaming:
