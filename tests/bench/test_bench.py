@@ -20,7 +20,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("bench") / "repo"
     repo.mkdir()
-    for name in ("add_sub", "repeat", "string_upper", "scale_batched"):
+    for name in ("add_sub", "repeat", "string_upper", "scale_batched", "accumulate"):
         (repo / name).symlink_to(EXAMPLES / name)
     (repo / "py_exec_error").symlink_to(TEST_MODELS / "py_exec_error")
     srv = start_server(repo)
@@ -253,6 +253,66 @@ def test_request_rate_mode(server: ServerProcess, tmp_path: Path) -> None:
         assert r["requests"] == 20 and r["errors"] == 0
         assert r["send_rate"] > 0 and r["delayed_requests"] >= 0
     assert "rate/s" in run.stdout
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_sequence_model(server: ServerProcess, tmp_path: Path, protocol: str) -> None:
+    """Lanes send whole sequences: a request without its sequence's START flag, or a
+    correlation id shared by two lanes, would come back as an error."""
+    url = server.http_url if protocol == "http" else server.grpc_url
+    run = bench(
+        tmp_path,
+        "accumulate",
+        "-i",
+        protocol,
+        "--url",
+        url,
+        "--concurrency",
+        "3",
+        "--sequence-length",
+        "4",
+        "--requests",
+        "40",
+        "--warmup",
+        "0",
+    )
+    check_records(run, [3], protocol=protocol)
+    (record,) = run.records
+    assert record["requests"] == 40
+    assert record["sequences"] is not None and 0 < record["sequences"] <= 40
+
+
+def test_sequence_data_streams(server: ServerProcess, tmp_path: Path) -> None:
+    data = tmp_path / "streams.json"
+    data.write_text(
+        json.dumps({"data": [[{"VALUE": [1]}, {"VALUE": [2]}, {"VALUE": [3]}], [{"VALUE": [9]}]]})
+    )
+    run = bench(
+        tmp_path,
+        "accumulate",
+        "--url",
+        server.http_url,
+        "--input-data",
+        str(data),
+        "--concurrency",
+        "2",
+        "--requests",
+        "30",
+        "--warmup",
+        "0",
+        "--workers",
+        "1",
+    )
+    check_records(run, [2], protocol="http")
+    assert run.records[0]["sequences"] > 0
+
+
+def test_sequence_model_refuses_request_rates(server: ServerProcess, tmp_path: Path) -> None:
+    run = bench(
+        tmp_path, "accumulate", "--url", server.http_url, "--request-rate", "10", "--requests", "5"
+    )
+    assert run.returncode == 2, str(run)
+    assert "bench drives sequences with --concurrency" in run.stderr
 
 
 def test_failing_requests_are_counted_and_fail_the_run(

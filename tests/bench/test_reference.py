@@ -22,7 +22,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceServer]:
     repo = tmp_path_factory.mktemp("bench-reference") / "repo"
-    for name in ("add_sub", "repeat", "string_upper"):
+    for name in ("add_sub", "repeat", "string_upper", "accumulate"):
         shutil.copytree(EXAMPLES / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
     ref = start_reference(repo)
     try:
@@ -92,3 +92,26 @@ def test_bytes_and_unknown_model_against_triton(triton: ReferenceServer, tmp_pat
     missing = bench(tmp_path, "no_such_model", "--url", triton.http_url, "--requests", "5")
     assert missing.returncode == 2, str(missing)
     assert "cannot read model 'no_such_model'" in missing.stderr
+
+
+def test_sequences_against_triton(triton: ReferenceServer, tmp_path: Path) -> None:
+    run = bench(
+        tmp_path,
+        "accumulate",
+        "-i",
+        "grpc",
+        "--url",
+        triton.grpc_url,
+        "--concurrency",
+        "2",
+        "--sequence-length",
+        "3",
+        "--requests",
+        "30",
+        "--warmup",
+        "0",
+        "--workers",
+        "1",
+    )
+    check_records(run, [2], protocol="grpc")
+    assert run.records[0]["sequences"] > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import random
 import re
 from pathlib import Path
 
@@ -22,11 +23,24 @@ from modelyard.bench.args import (
     options_from,
     parse_shape,
 )
-from modelyard.bench.inputs import build_requests
-from modelyard.bench.load import WorkerResult
+from modelyard.bench.inputs import Request, build_streams
+from modelyard.bench.load import WorkerResult, sequence_id, sequence_length
 from modelyard.bench.model import ModelInfo, SetupError, TensorSpec, parse_model
+from modelyard.bench.senders import SequenceSpec
 from modelyard.bench.stats import latency_summary, percentile, step_record
-from modelyard.bench.wire import EMPTY_FINAL, grpc_request, http_request
+from modelyard.bench.wire import (
+    EMPTY_FINAL,
+    LENGTH_HEADER,
+    grpc_request,
+    grpc_sequence_suffix,
+    http_request,
+)
+
+
+def build_requests(model: ModelInfo, opts: Options) -> list[Request]:
+    streams = build_streams(model, opts)
+    assert len(streams) == 1
+    return streams[0]
 
 
 def parse(*argv: str) -> Options:
@@ -287,3 +301,65 @@ def test_workers_latencies_are_merged_not_averaged() -> None:
     assert record["client_cpu_us_per_request"] == round(0.01 / 101 * 1e6)
     empty = step_record({"concurrency": 1}, [WorkerResult()], 1.0, 1, None)
     assert empty["requests"] == 0 and empty["p50_us"] is None and empty["throughput"] == 0
+
+
+# ------------------------------------------------------------------ sequences
+
+SEQUENCE = ModelInfo("acc", "1", (TensorSpec("VALUE", "INT32", (1,)),), ("SUM",), 4, False, True)
+
+
+def test_data_streams_of_a_sequence_model(tmp_path: Path) -> None:
+    data = tmp_path / "streams.json"
+    data.write_text(json.dumps({"data": [[{"VALUE": [1]}, {"VALUE": [2]}], [{"VALUE": [5]}]]}))
+    streams = build_streams(SEQUENCE, parse("acc", "--input-data", str(data)))
+    values = [[int(np.frombuffer(r[0].data, np.int32)[0]) for r in s] for s in streams]
+    assert values == [[1, 2], [5]]
+    assert streams[0][0][0].shape == (1, 1)  # batch dim of 1
+    with pytest.raises(SetupError, match="each request carries -b 1"):
+        build_streams(SEQUENCE, parse("acc", "-b", "2"))
+    data.write_text(json.dumps({"data": [[{"VALUE": [1]}], []]}))
+    with pytest.raises(SetupError, match=r"data\[1\] is an empty data stream"):
+        build_streams(SEQUENCE, parse("acc", "--input-data", str(data)))
+
+
+def test_sequence_ids_never_collide_between_lanes() -> None:
+    unbounded = SequenceSpec(20, 0.2, 1, None)
+    assert [sequence_id(unbounded, 3, lane, 0) for lane in range(3)] == [1, 2, 3]
+    assert [sequence_id(unbounded, 3, 1, j) for j in range(3)] == [2, 5, 8]
+    bounded = SequenceSpec(20, 0.2, 10, 17)  # 7 ids, 3 lanes: 6 usable, residues kept
+    for lane in range(3):
+        ids = [sequence_id(bounded, 3, lane, j) for j in range(10)]
+        assert all(10 <= i < 17 and (i - 10) % 3 == lane for i in ids), ids
+
+
+def test_sequence_lengths() -> None:
+    rng = random.Random(1)
+    lengths = [sequence_length(SequenceSpec(20, 0.2, 1, None), 3, rng) for _ in range(200)]
+    assert min(lengths) >= 16 and max(lengths) <= 24 and len(set(lengths)) > 3
+    assert sequence_length(SequenceSpec(None, 0.2, 1, None), 3, rng) == 3  # a data stream's length
+    assert sequence_length(SequenceSpec(1, 0.9, 1, None), 3, rng) >= 1
+
+
+def test_sequence_parameters_on_the_wire() -> None:
+    (request,) = build_requests(ADD_SUB, parse("add_sub"))
+    body, headers = http_request("add_sub", "", request, ()).with_sequence((7, True, False))
+    size = int(headers[LENGTH_HEADER])
+    assert orjson.loads(body[:size])["parameters"] == {
+        "sequence_id": 7,
+        "sequence_start": True,
+        "sequence_end": False,
+    }
+    assert body[size:] == request[0].data + request[1].data
+    raw = grpc_request("add_sub", "", request, True) + grpc_sequence_suffix((7, False, True))
+    msg = service_pb2.ModelInferRequest.FromString(raw)
+    assert msg.parameters["sequence_id"].int64_param == 7
+    assert not msg.parameters["sequence_start"].bool_param
+    assert msg.parameters["sequence_end"].bool_param
+    assert msg.parameters[EMPTY_FINAL].bool_param and len(msg.inputs) == 2
+
+
+def test_sequence_flags() -> None:
+    with pytest.raises(UsageError, match="--sequence-id-range expects START"):
+        parse("m", "--sequence-id-range", "5:5")
+    assert parse("m", "--sequence-id-range", "5:9").sequence_ids == (5, 9)
+    assert parse("m").sequence_ids == (1, None)

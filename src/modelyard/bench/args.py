@@ -31,6 +31,9 @@ class Options:
     input_data: tuple[str, ...] = ("random",)
     string_length: int = 128
     string_data: str | None = None
+    sequence_length: int | None = None  # None: 20, or each data stream's length
+    sequence_length_variation: float = 20.0  # percent
+    sequence_ids: tuple[int, int | None] = (1, None)  # [start, end)
     workers: int = 1
     request_timeout_s: float = 30.0
     json_path: str | None = None
@@ -183,6 +186,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="fill BYTES inputs with this string instead of random ones",
     )
     p.add_argument(
+        "--sequence-length",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sequence models: requests per sequence (default 20, or each data stream's length)",
+    )
+    p.add_argument(
+        "--sequence-length-variation",
+        type=float,
+        default=20.0,
+        metavar="PERCENT",
+        help="sequence models: lengths vary by up to this much around --sequence-length (default 20)",
+    )
+    p.add_argument(
+        "--sequence-id-range",
+        default="1",
+        metavar="START[:END]",
+        help="sequence models: correlation ids used, END excluded (default: from 1, unbounded)",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=None,
@@ -225,6 +248,19 @@ def _url(value: str | None, protocol: str) -> str:
     return url
 
 
+def _id_range(text: str) -> tuple[int, int | None]:
+    start, sep, end = text.partition(":")
+    try:
+        ids = (int(start), int(end) if sep else None)
+    except ValueError:
+        ids = (-1, None)
+    if ids[0] < 0 or (ids[1] is not None and ids[1] <= ids[0]):
+        raise UsageError(
+            f"--sequence-id-range expects START[:END] with 0 <= START < END, got '{text}'"
+        )
+    return ids
+
+
 def options_from(ns: argparse.Namespace) -> Options:
     """Check the parsed flags together and fill in defaults that depend on each other."""
     if ns.duration is not None and not ns.duration > 0:
@@ -249,6 +285,10 @@ def options_from(ns: argparse.Namespace) -> Options:
         rates = linear_range(ns.request_rate, "--request-rate", integer=False)
     else:
         concurrency = [int(c) for c in linear_range(ns.concurrency, "--concurrency", integer=True)]
+    if ns.sequence_length is not None and ns.sequence_length < 1:
+        raise UsageError(f"--sequence-length must be at least 1, got {ns.sequence_length}")
+    if not 0 <= ns.sequence_length_variation < 100:
+        raise UsageError("--sequence-length-variation must be in [0, 100)")
     input_data = tuple(ns.input_data) or ("random",)
     if len(input_data) > 1 and {"random", "zero"} & set(input_data):
         raise UsageError("--input-data random/zero cannot be combined with other --input-data")
@@ -272,6 +312,9 @@ def options_from(ns: argparse.Namespace) -> Options:
         input_data=input_data,
         string_length=ns.string_length,
         string_data=ns.string_data,
+        sequence_length=ns.sequence_length,
+        sequence_length_variation=ns.sequence_length_variation,
+        sequence_ids=_id_range(ns.sequence_id_range),
         workers=workers,
         request_timeout_s=ns.request_timeout,
         json_path=ns.json_path,

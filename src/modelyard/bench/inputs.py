@@ -44,8 +44,9 @@ Request = tuple[WireTensor, ...]
 Sample = tuple[tuple[int, ...], bytes]
 
 
-def build_requests(model: ModelInfo, opts: Options) -> list[Request]:
-    """The requests to send, round-robin; checks every input against the model."""
+def build_streams(model: ModelInfo, opts: Options) -> list[list[Request]]:
+    """The requests to send, checked against the model: one stream sent round-robin, or for
+    a sequence model one stream per sequence's data (perf_analyzer's data streams)."""
     if model.max_batch_size == 0 and opts.batch_size != 1:
         raise SetupError(
             f"model '{model.name}' does not support batching (max_batch_size 0): "
@@ -56,20 +57,28 @@ def build_requests(model: ModelInfo, opts: Options) -> list[Request]:
             f"-b/--batch-size {opts.batch_size} is over the max_batch_size "
             f"{model.max_batch_size} of model '{model.name}'"
         )
+    if model.sequence and opts.batch_size != 1:
+        raise SetupError(f"model '{model.name}' is a sequence model: each request carries -b 1")
     unknown = sorted(set(opts.shapes) - {t.name for t in model.inputs})
     if unknown:
         raise SetupError(f"--shape names unknown input(s) {unknown} of model '{model.name}'")
     mode = opts.input_data[0]
+    streams: list[list[dict[str, Sample]]]
     if mode in ("random", "zero"):
-        entries = [{t.name: _generated(t, mode, opts) for t in model.inputs if not t.optional}]
+        streams = [[{t.name: _generated(t, mode, opts) for t in model.inputs if not t.optional}]]
     else:
-        entries = []
+        streams = []
         for path in opts.input_data:
             p = Path(path)
-            entries += (
-                _directory_entries(p, model, opts) if p.is_dir() else _json_entries(p, model, opts)
+            streams += (
+                [[_directory_entry(p, model, opts)]]
+                if p.is_dir()
+                else _json_streams(p, model, opts)
             )
-    return [_request(entries, k, model, opts.batch_size) for k in range(len(entries))]
+    if not model.sequence:
+        streams = [[entry for stream in streams for entry in stream]]
+    b = opts.batch_size
+    return [[_request(stream, k, model, b) for k in range(len(stream))] for stream in streams]
 
 
 def _request(entries: list[dict[str, Sample]], k: int, model: ModelInfo, batch: int) -> Request:
@@ -147,7 +156,7 @@ def _bytes_tensor(items: list[bytes]) -> bytes:
     return bytes(serialized.item()) if serialized.size else b""
 
 
-def _json_entries(path: Path, model: ModelInfo, opts: Options) -> list[dict[str, Sample]]:
+def _json_streams(path: Path, model: ModelInfo, opts: Options) -> list[list[dict[str, Sample]]]:
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
@@ -161,28 +170,37 @@ def _json_entries(path: Path, model: ModelInfo, opts: Options) -> list[dict[str,
         raise SetupError(f'--input-data {path}: expected {{"data": [{{INPUT: ...}}, ...]}}')
     if isinstance(doc, dict) and "validation_data" in doc:
         print(f"modelyard bench: warning: {path}: validation_data is not checked", file=sys.stderr)
+    if all(isinstance(item, list) for item in data):
+        if not model.sequence:
+            raise SetupError(
+                f"{path}: data streams (lists of steps) are for sequence models, and "
+                f"model '{model.name}' has no sequence batcher"
+            )
+        streams = []
+        for i, stream in enumerate(data):
+            if not stream:
+                raise SetupError(f"{path}: data[{i}] is an empty data stream")
+            where = f"{path}: data[{i}]"
+            streams.append(
+                [_json_entry(e, model, opts, f"{where}[{j}]") for j, e in enumerate(stream)]
+            )
+        return streams
+    return [[_json_entry(e, model, opts, f"{path}: data[{i}]") for i, e in enumerate(data)]]
+
+
+def _json_entry(entry: Any, model: ModelInfo, opts: Options, where: str) -> dict[str, Sample]:
     known = {t.name: t for t in model.inputs}
-    entries = []
-    for i, entry in enumerate(data):
-        where = f"{path}: data[{i}]"
-        if isinstance(entry, list):
-            raise SetupError(
-                f"{where}: data streams (lists of steps) are for sequence models, which bench does not drive"
-            )
-        if not isinstance(entry, dict):
-            raise SetupError(f"{where}: expected an object of input names")
-        unknown = sorted(set(entry) - set(known))
-        if unknown:
-            raise SetupError(
-                f"{where}: unknown input(s) {unknown}; model '{model.name}' has {sorted(known)}"
-            )
-        missing = sorted(n for n, t in known.items() if n not in entry and not t.optional)
-        if missing:
-            raise SetupError(f"{where}: input(s) {missing} missing")
-        entries.append(
-            {n: _json_sample(known[n], v, opts, f"{where}.{n}") for n, v in entry.items()}
+    if not isinstance(entry, dict):
+        raise SetupError(f"{where}: expected an object of input names")
+    unknown = sorted(set(entry) - set(known))
+    if unknown:
+        raise SetupError(
+            f"{where}: unknown input(s) {unknown}; model '{model.name}' has {sorted(known)}"
         )
-    return entries
+    missing = sorted(n for n, t in known.items() if n not in entry and not t.optional)
+    if missing:
+        raise SetupError(f"{where}: input(s) {missing} missing")
+    return {n: _json_sample(known[n], v, opts, f"{where}.{n}") for n, v in entry.items()}
 
 
 def _json_sample(spec: TensorSpec, value: Any, opts: Options, where: str) -> Sample:
@@ -246,9 +264,9 @@ def _fit_shape(spec: TensorSpec, opts: Options, size: int, where: str) -> tuple[
     return _shape(spec, opts, f' or a "shape" in {where}')
 
 
-def _directory_entries(path: Path, model: ModelInfo, opts: Options) -> list[dict[str, Sample]]:
+def _directory_entry(path: Path, model: ModelInfo, opts: Options) -> dict[str, Sample]:
     """perf_analyzer's folder form: one raw file per input (BYTES: one element per line)."""
-    entry = {}
+    entry: dict[str, Sample] = {}
     for spec in model.inputs:
         f = path / spec.name
         if not f.is_file():
@@ -268,4 +286,4 @@ def _directory_entries(path: Path, model: ModelInfo, opts: Options) -> list[dict
                     f"{f}: {len(raw)} bytes do not fill shape {list(shape)} of {spec.datatype}"
                 )
             entry[spec.name] = (shape, raw)
-    return [entry]
+    return entry

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
-from modelyard.bench.senders import RequestFailed, Sender, SenderSpec, make_sender
+from modelyard.bench.senders import RequestFailed, Sender, SenderSpec, SequenceSpec, make_sender
+from modelyard.bench.wire import Sequence
 
 ERROR_BACKOFF_S = 0.01  # after a failed request, so a broken server is not hammered
 DELAY_SLACK_NS = 1_000_000  # request-rate mode: a send this late counts as delayed
@@ -44,6 +45,8 @@ class StepPlan:
     phase_s: float = 0.0  # constant rate: offset of this worker's first request
     poisson: bool = False
     seed: int = 0
+    lane_offset: int = 0  # sequence models: this worker's first lane among all lanes
+    total_lanes: int = 0  # sequence models: the step's concurrency
 
 
 @dataclass
@@ -59,6 +62,7 @@ class WorkerResult:
     last_end_ns: int = 0  # latest counted completion: ends a request-count window
     cpu_s: float = 0.0  # this process's CPU time over the measurement
     unanswered: int = 0
+    sequences: int = 0  # sequence models: sequences whose last request counted
 
 
 def _cpu_s() -> float:
@@ -78,12 +82,13 @@ class _Recorder:
         self._cpu0: float | None = None
         self.orphaned = False  # the parent is gone: stop sending
 
-    def stopped(self) -> bool:
+    def stopped(self, at: int | None = None) -> bool:
+        """Whether a request sent now (or at ``at``) would start after the step's end."""
         if self.orphaned:
             return True
         if self.plan.t_end_ns is None:
             return self.quota.value <= 0
-        return time.monotonic_ns() >= self.plan.t_end_ns
+        return (time.monotonic_ns() if at is None else at) >= self.plan.t_end_ns
 
     def _counts(self, end_ns: int) -> bool:
         """Whether a request completing at ``end_ns`` is measured (and takes a quota slot)."""
@@ -97,11 +102,12 @@ class _Recorder:
             self.quota.value -= 1
             return True
 
-    def succeeded(self, start_ns: int, end_ns: int, responses: int) -> None:
+    def succeeded(self, start_ns: int, end_ns: int, responses: int, ends_sequence: bool) -> None:
         if self._counts(end_ns):
             self.latencies.append(end_ns - start_ns)
             self.result.requests += 1
             self.result.responses += responses
+            self.result.sequences += ends_sequence
             self.result.last_end_ns = max(self.result.last_end_ns, end_ns)
 
     def failed(self, end_ns: int, message: str) -> None:
@@ -141,46 +147,92 @@ async def _sleep_until(t_ns: int) -> None:
         await asyncio.sleep(delay)
 
 
-async def _send(sender: Sender, rec: _Recorder, index: int) -> bool:
+async def _send(
+    sender: Sender, rec: _Recorder, index: int, sequence: Sequence | None = None
+) -> bool:
     start = time.monotonic_ns()
     try:
-        responses, end = await sender.send(index)
+        responses, end = await sender.send(index, sequence)
     except RequestFailed as exc:
         rec.failed(time.monotonic_ns(), str(exc))
         return False
-    rec.succeeded(start, end, responses)
+    rec.succeeded(start, end, responses, sequence is not None and sequence[2])
     return True
 
 
-async def _closed_loop(sender: Sender, rec: _Recorder, count: int, first: int) -> None:
+async def _closed_loop(
+    sender: Sender, rec: _Recorder, indices: tuple[int, ...], first: int
+) -> None:
     plan = rec.plan
     counter = iter(range(first, 1 << 62))
 
     async def lane() -> None:
         await _sleep_until(plan.t0_ns)
         while not rec.stopped():
-            if not await _send(sender, rec, next(counter) % count):
+            if not await _send(sender, rec, indices[next(counter) % len(indices)]):
                 await asyncio.sleep(ERROR_BACKOFF_S)
 
     await _drain([asyncio.ensure_future(lane()) for _ in range(plan.lanes)], rec)
 
 
-async def _open_loop(sender: Sender, rec: _Recorder, count: int, first: int) -> None:
+def sequence_id(seq: SequenceSpec, lanes: int, lane: int, j: int) -> int:
+    """The correlation id of ``lane``'s ``j``-th sequence: lanes keep distinct residues modulo
+    ``lanes``, so sequences in flight together never share an id, even when ids wrap."""
+    n = lane + lanes * j
+    if seq.id_end is not None:
+        n %= (seq.id_end - seq.id_start) // lanes * lanes
+    return seq.id_start + n
+
+
+def sequence_length(seq: SequenceSpec, stream_length: int, rng: random.Random) -> int:
+    if seq.length is None:
+        return stream_length
+    return max(1, round(seq.length * rng.uniform(1 - seq.variation, 1 + seq.variation)))
+
+
+async def _sequence_loop(
+    sender: Sender, rec: _Recorder, spec: SenderSpec, seq: SequenceSpec
+) -> None:
+    """Each lane sends whole sequences, one request at a time. A lane told to stop sends its
+    next request as its sequence's last, so the server holds no sequence open."""
+    plan = rec.plan
+    rng = random.Random(plan.seed)
+
+    async def lane(g: int) -> None:
+        await _sleep_until(plan.t0_ns)
+        j = 0
+        while not rec.stopped():
+            corrid = sequence_id(seq, plan.total_lanes, g, j)
+            stream = spec.streams[(g + plan.total_lanes * j) % len(spec.streams)]
+            length = sequence_length(seq, len(stream), rng)
+            j += 1
+            for step in range(length):
+                last = step == length - 1 or rec.stopped()
+                if not await _send(
+                    sender, rec, stream[step % len(stream)], (corrid, step == 0, last)
+                ):
+                    await asyncio.sleep(ERROR_BACKOFF_S)
+                if last:
+                    break
+
+    lanes = range(plan.lane_offset, plan.lane_offset + plan.lanes)
+    await _drain([asyncio.ensure_future(lane(g)) for g in lanes], rec)
+
+
+async def _open_loop(sender: Sender, rec: _Recorder, indices: tuple[int, ...], first: int) -> None:
     plan = rec.plan
     rng = random.Random(plan.seed)
     gap_ns = 1e9 / plan.rate
     due = plan.t0_ns + plan.phase_s * 1e9
     in_flight: set[asyncio.Future[bool]] = set()
     k = first
-    while not (plan.t_end_ns is not None and due >= plan.t_end_ns) and not (
-        plan.t_end_ns is None and rec.quota.value <= 0
-    ):
+    while not rec.stopped(at=int(due)):
         await _sleep_until(int(due))
         if due >= plan.t_meas_ns and (plan.t_end_ns is None or due <= plan.t_end_ns):
             rec.result.sent += 1
             if time.monotonic_ns() - due > DELAY_SLACK_NS:
                 rec.result.delayed += 1
-        task = asyncio.ensure_future(_send(sender, rec, k % count))
+        task = asyncio.ensure_future(_send(sender, rec, indices[k % len(indices)]))
         in_flight.add(task)
         task.add_done_callback(in_flight.discard)
         k += 1
@@ -209,10 +261,12 @@ async def run_step(
     watcher = asyncio.ensure_future(rec.watch(progress, worker))
     first = worker * 7919  # workers start at different payloads, so all of them get sent
     try:
-        if plan.lanes:
-            await _closed_loop(sender, rec, spec.count, first)
+        if plan.lanes and spec.sequence is not None:
+            await _sequence_loop(sender, rec, spec, spec.sequence)
+        elif plan.lanes:
+            await _closed_loop(sender, rec, spec.streams[0], first)
         elif plan.rate > 0:
-            await _open_loop(sender, rec, spec.count, first)
+            await _open_loop(sender, rec, spec.streams[0], first)
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):

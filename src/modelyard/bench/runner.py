@@ -16,12 +16,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from modelyard.bench.args import Options, UsageError, options_from
-from modelyard.bench.inputs import build_requests
+from modelyard.bench.inputs import build_streams
 from modelyard.bench.load import StepPlan, WorkerResult
 from modelyard.bench.model import ModelInfo, SetupError, fetch_model
 from modelyard.bench.pool import WorkerPool
 from modelyard.bench.report import check_plot, print_table, write_csv, write_json, write_plot
-from modelyard.bench.senders import SenderSpec
+from modelyard.bench.senders import SenderSpec, SequenceSpec
 from modelyard.bench.stats import failed, step_record
 from modelyard.bench.wire import grpc_request, http_request
 
@@ -59,31 +59,54 @@ def run(ns: argparse.Namespace) -> int:
 
 
 def sender_spec(opts: Options, model: ModelInfo) -> SenderSpec:
-    if model.sequence:
-        raise SetupError(
-            f"model '{model.name}' uses the sequence batcher: bench does not drive sequences yet"
-        )
     streaming = opts.streaming or model.decoupled
     if streaming and opts.protocol != "grpc":
         raise SetupError(
             f"model '{model.name}' is decoupled: use --protocol grpc, and bench reads its "
             "responses over a ModelStreamInfer stream"
         )
-    requests = build_requests(model, opts)
+    sequence = sequence_spec(opts, model) if model.sequence else None
+    streams = build_streams(model, opts)
+    requests = [r for stream in streams for r in stream]
+    indices, n = [], 0
+    for stream in streams:
+        indices.append(tuple(range(n, n + len(stream))))
+        n += len(stream)
     name, version = opts.model, opts.model_version
+    http = opts.protocol == "http"
     return SenderSpec(
         protocol=opts.protocol,
         url=opts.url,
         streaming=streaming,
         decoupled=model.decoupled,
         http_requests=tuple(http_request(name, version, r, model.outputs) for r in requests)
-        if opts.protocol == "http"
+        if http
         else (),
-        grpc_requests=tuple(grpc_request(name, version, r, streaming) for r in requests)
-        if opts.protocol == "grpc"
-        else (),
+        grpc_requests=()
+        if http
+        else tuple(grpc_request(name, version, r, streaming) for r in requests),
+        streams=tuple(indices),
         timeout_s=opts.request_timeout_s,
+        sequence=sequence,
     )
+
+
+def sequence_spec(opts: Options, model: ModelInfo) -> SequenceSpec:
+    if opts.request_rates:
+        raise SetupError(
+            f"model '{model.name}' uses the sequence batcher: bench drives sequences with "
+            "--concurrency (one sequence per lane), not --request-rate"
+        )
+    start, end = opts.sequence_ids
+    if end is not None and end - start < max(opts.concurrency):
+        raise SetupError(
+            f"--sequence-id-range {start}:{end} holds {end - start} ids, fewer than the "
+            f"{max(opts.concurrency)} sequences in flight at --concurrency {max(opts.concurrency)}"
+        )
+    length = opts.sequence_length
+    if length is None and opts.input_data[0] in ("random", "zero"):
+        length = 20  # perf_analyzer's default; with data, each stream's own length
+    return SequenceSpec(length, opts.sequence_length_variation / 100, start, end)
 
 
 def plans_for(
@@ -107,8 +130,19 @@ def plans_for(
                 )
             )
         else:
-            lanes = int(value) // n + (1 if i < int(value) % n else 0)
-            plans.append(StepPlan(t0, t_meas, t_end, lanes=lanes) if lanes else None)
+            total = int(value)
+            lanes = total // n + (1 if i < total % n else 0)
+            offset = i * (total // n) + min(i, total % n)
+            plan = StepPlan(
+                t0,
+                t_meas,
+                t_end,
+                lanes=lanes,
+                seed=step * 1000 + i,
+                lane_offset=offset,
+                total_lanes=total,
+            )
+            plans.append(plan if lanes else None)
     return plans
 
 
@@ -142,6 +176,7 @@ def sweep(opts: Options, spec: SenderSpec, console: Console) -> list[dict[str, A
                     window_s,
                     opts.batch_size,
                     float(value) if rate_mode else None,
+                    spec.sequence is not None,
                 )
             )
     return records

@@ -17,7 +17,7 @@ import aiohttp
 import grpc
 import orjson
 
-from modelyard.bench.wire import HttpRequest
+from modelyard.bench.wire import HttpRequest, Sequence, grpc_sequence_suffix
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
@@ -30,14 +30,24 @@ class RequestFailed(Exception):
 
 
 class Sender(Protocol):
-    async def send(self, index: int) -> tuple[int, int]: ...
+    async def send(self, index: int, sequence: Sequence | None = None) -> tuple[int, int]: ...
 
     async def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
+class SequenceSpec:
+    """How a sequence model's lanes form sequences (perf_analyzer's flags)."""
+
+    length: int | None  # None: each data stream's length
+    variation: float  # fraction: lengths vary by up to this much around ``length``
+    id_start: int
+    id_end: int | None  # excluded; None: unbounded
+
+
+@dataclass(frozen=True)
 class SenderSpec:
-    """Everything a worker needs to build its sender; pickled to the worker process."""
+    """Everything a worker needs to send; pickled to the worker process."""
 
     protocol: str
     url: str
@@ -45,11 +55,10 @@ class SenderSpec:
     decoupled: bool
     http_requests: tuple[HttpRequest, ...]
     grpc_requests: tuple[bytes, ...]
+    # request indices per data stream: sent round-robin, or one stream per sequence
+    streams: tuple[tuple[int, ...], ...]
     timeout_s: float
-
-    @property
-    def count(self) -> int:
-        return len(self.http_requests) or len(self.grpc_requests)
+    sequence: SequenceSpec | None = None
 
 
 def make_sender(spec: SenderSpec, connections: int) -> Sender:
@@ -71,10 +80,11 @@ class HttpSender:
             timeout=aiohttp.ClientTimeout(total=spec.timeout_s),
         )
 
-    async def send(self, index: int) -> tuple[int, int]:
+    async def send(self, index: int, sequence: Sequence | None = None) -> tuple[int, int]:
         r = self._requests[index]
+        body, headers = (r.body, r.headers) if sequence is None else r.with_sequence(sequence)
         try:
-            async with self._session.post(r.path, data=r.body, headers=r.headers) as response:
+            async with self._session.post(r.path, data=body, headers=headers) as response:
                 body = await response.read()
                 status = response.status
         except asyncio.TimeoutError:
@@ -109,9 +119,12 @@ class GrpcSender:
         # no serializers: the requests are bytes already, and the response is not decoded
         self._infer = self._channel.unary_unary(INFER)
 
-    async def send(self, index: int) -> tuple[int, int]:
+    async def send(self, index: int, sequence: Sequence | None = None) -> tuple[int, int]:
+        request = self._requests[index]
+        if sequence is not None:
+            request += grpc_sequence_suffix(sequence)
         try:
-            await self._infer(self._requests[index], timeout=self._timeout)
+            await self._infer(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise RequestFailed(f"no response in {self._timeout:g} s") from None
@@ -139,10 +152,13 @@ class GrpcStreamSender:
         )
         self._idle: list[Any] = []
 
-    async def send(self, index: int) -> tuple[int, int]:
+    async def send(self, index: int, sequence: Sequence | None = None) -> tuple[int, int]:
+        request = self._requests[index]
+        if sequence is not None:
+            request += grpc_sequence_suffix(sequence)
         call = self._idle.pop() if self._idle else self._open()
         try:
-            result = await asyncio.wait_for(self._exchange(call, index), self._timeout)
+            result = await asyncio.wait_for(self._exchange(call, request), self._timeout)
         except asyncio.TimeoutError:
             call.cancel()
             raise RequestFailed(f"no final response in {self._timeout:g} s") from None
@@ -154,8 +170,8 @@ class GrpcStreamSender:
         self._idle.append(call)
         return result
 
-    async def _exchange(self, call: Any, index: int) -> tuple[int, int]:
-        await call.write(self._requests[index])
+    async def _exchange(self, call: Any, request: bytes) -> tuple[int, int]:
+        await call.write(request)
         responses = 0
         last = 0
         while True:

@@ -44,6 +44,7 @@ def step_record(
     window_s: float,
     batch_size: int,
     request_rate: float | None,
+    sequences: bool = False,
 ) -> dict[str, Any]:
     """``base`` holds the run's fields (model, protocol, ...) and the step's concurrency."""
     requests = sum(r.requests for r in results)
@@ -67,6 +68,7 @@ def step_record(
         "response_throughput": sum(r.responses for r in results) / window,
         "send_rate": sum(r.sent for r in results) / window if request_rate else None,
         "delayed_requests": sum(r.delayed for r in results) if request_rate else None,
+        "sequences": sum(r.sequences for r in results) if sequences else None,
         **latency_summary(merge_latencies(results)),
         "client_cpu_us_per_request": (
             round(sum(r.cpu_s for r in results) / (requests + errors) * 1e6)

@@ -8,7 +8,7 @@ serialized ``ModelInferRequest`` messages (tritonclient's generated protobuf cla
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import orjson
@@ -17,6 +17,11 @@ if TYPE_CHECKING:  # worker processes import this module for HttpRequest alone
     from modelyard.bench.inputs import Request
 
 EMPTY_FINAL = "triton_enable_empty_final_response"
+LENGTH_HEADER = "Inference-Header-Content-Length"
+
+
+# A sequence model's request: (correlation id, first of its sequence, last of its sequence).
+Sequence = tuple[int, bool, bool]
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,15 @@ class HttpRequest:
     path: str
     body: bytes
     headers: dict[str, str]
+    header: dict[str, Any]  # the JSON header, for requests that add sequence parameters
+
+    def with_sequence(self, sequence: Sequence) -> tuple[bytes, dict[str, str]]:
+        """Body and headers of this request sent as one step of a sequence."""
+        corrid, start, end = sequence
+        parameters = {"sequence_id": corrid, "sequence_start": start, "sequence_end": end}
+        head = orjson.dumps({**self.header, "parameters": parameters})
+        tensors = self.body[int(self.headers[LENGTH_HEADER]) :]
+        return head + tensors, {**self.headers, LENGTH_HEADER: str(len(head))}
 
 
 def infer_path(model: str, version: str) -> str:
@@ -52,10 +66,8 @@ def http_request(
     return HttpRequest(
         infer_path(model, version),
         head + b"".join(t.data for t in request),
-        {
-            "Inference-Header-Content-Length": str(len(head)),
-            "Content-Type": "application/octet-stream",
-        },
+        {LENGTH_HEADER: str(len(head)), "Content-Type": "application/octet-stream"},
+        header,
     )
 
 
@@ -70,4 +82,17 @@ def grpc_request(model: str, version: str, request: Request, streaming: bool) ->
         msg.raw_input_contents.append(t.data)
     if streaming:
         msg.parameters[EMPTY_FINAL].bool_param = True
+    return bytes(msg.SerializeToString())
+
+
+def grpc_sequence_suffix(sequence: Sequence) -> bytes:
+    """Bytes that, appended to a serialized request, add its sequence parameters: protobuf
+    parses concatenated messages as one merged message, so the encoded tensors are reused."""
+    from tritonclient.grpc import service_pb2
+
+    corrid, start, end = sequence
+    msg = service_pb2.ModelInferRequest()
+    msg.parameters["sequence_id"].int64_param = corrid
+    msg.parameters["sequence_start"].bool_param = start
+    msg.parameters["sequence_end"].bool_param = end
     return bytes(msg.SerializeToString())
