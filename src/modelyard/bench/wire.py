@@ -50,7 +50,7 @@ def infer_path(model: str, version: str) -> str:
 def http_request(
     model: str, version: str, request: Request, outputs: tuple[str, ...]
 ) -> HttpRequest:
-    header = {
+    header: dict[str, Any] = {
         "inputs": [
             {
                 "name": t.name,
@@ -60,8 +60,9 @@ def http_request(
             }
             for t in request
         ],
-        "outputs": [{"name": name, "parameters": {"binary_data": True}} for name in outputs],
     }
+    if outputs:  # named, so they come back binary (unlisted outputs come back as JSON)
+        header["outputs"] = [{"name": n, "parameters": {"binary_data": True}} for n in outputs]
     head = orjson.dumps(header)
     return HttpRequest(
         infer_path(model, version),
