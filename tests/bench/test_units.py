@@ -80,6 +80,7 @@ def test_request_rate_range_takes_fractions() -> None:
         ("0", "START and STEP must be positive"),
         ("1:4:0", "START and STEP must be positive"),
         ("4:1", "END must be at least START"),
+        ("1:0:1", "END 0 (perf_analyzer's search up to a latency threshold) is not supported"),
         ("1::2", "expects START[:END[:STEP]]"),
         ("1:2:3:4", "expects START[:END[:STEP]]"),
         ("a:b", "expects integers"),

@@ -66,8 +66,12 @@ def linear_range(text: str, what: str, integer: bool) -> list[float]:
     step = values[2] if len(values) > 2 else 1
     if start <= 0 or step <= 0:
         raise UsageError(f"{what}: START and STEP must be positive, got '{text}'")
+    if end == 0:
+        raise UsageError(
+            f"{what}: END 0 (perf_analyzer's search up to a latency threshold) is not "
+            f"supported: give END, got '{text}'"
+        )
     if end < start:
-        # perf_analyzer's END 0 means "until a latency threshold", which bench does not do
         raise UsageError(f"{what}: END must be at least START, got '{text}'")
     out: list[float] = []
     k = 0
