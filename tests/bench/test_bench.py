@@ -363,3 +363,13 @@ def test_plot_without_matplotlib(tmp_path: Path) -> None:
         run.stderr.strip()
         == "modelyard bench: error: --plot needs matplotlib: pip install 'modelyard[plot]'"
     )
+
+
+def test_output_folder_must_exist(tmp_path: Path) -> None:
+    """Checked before any load is sent (no server needed)."""
+    missing = tmp_path / "missing" / "steps.csv"
+    run = bench(tmp_path, "add_sub", "--url", "127.0.0.1:1", "--csv", str(missing))
+    assert run.returncode == 2, str(run)
+    assert (
+        run.stderr.strip() == f"modelyard bench: error: --csv {missing}: no folder {missing.parent}"
+    )

@@ -10,6 +10,7 @@ import argparse
 import math
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -32,6 +33,7 @@ STEP_SLACK_S = 30.0  # past a step's last possible request, before the parent gi
 def run(ns: argparse.Namespace) -> int:
     try:
         opts = options_from(ns)
+        _check_outputs(opts)
         if opts.plot_path:
             check_plot()
         model = fetch_model(
@@ -49,13 +51,30 @@ def run(ns: argparse.Namespace) -> int:
     if not out.is_terminal:
         out = Console(width=120)
     print_table(records, out)
-    if opts.json_path:
-        write_json(records, opts.json_path)
-    if opts.csv_path:
-        write_csv(records, opts.csv_path)
-    if opts.plot_path:
-        write_plot(records, opts.plot_path)
+    try:
+        if opts.json_path:
+            write_json(records, opts.json_path)
+        if opts.csv_path:
+            write_csv(records, opts.csv_path)
+        if opts.plot_path:
+            write_plot(records, opts.plot_path)
+    except OSError as exc:
+        print(
+            f"modelyard bench: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr
+        )
+        return 2
     return 1 if any(failed(r) for r in records) else 0
+
+
+def _check_outputs(opts: Options) -> None:
+    """A missing folder fails now, not after the load has run."""
+    for flag, path in (
+        ("--json", opts.json_path),
+        ("--csv", opts.csv_path),
+        ("--plot", opts.plot_path),
+    ):
+        if path is not None and not Path(path).absolute().parent.is_dir():
+            raise UsageError(f"{flag} {path}: no folder {Path(path).absolute().parent}")
 
 
 def sender_spec(opts: Options, model: ModelInfo) -> SenderSpec:
