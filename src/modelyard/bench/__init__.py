@@ -6,7 +6,8 @@ perf_analyzer's job, pip-installable. This package is a client: it never imports
 Modules, from the command line down: ``args`` (flags and their checks), ``model`` (metadata
 and config read from the server), ``inputs`` (request tensors: random, zeros, or perf_analyzer's
 input-data files), ``wire`` (requests encoded once for HTTP or gRPC), ``senders`` (the asyncio
-transports), ``load`` (worker processes and the load they drive), ``stats`` (merging their
+transports), ``load`` (worker processes and the load they drive), ``pool`` (the parent's
+handle on them), ``stats`` (merging their
 latencies into one record per step), ``report`` (table, JSON, CSV, plot) and ``runner``
 (the sweep).
 """
