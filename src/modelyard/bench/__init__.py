@@ -7,7 +7,6 @@ Modules, from the command line down: ``args`` (flags and their checks), ``model`
 and config read from the server), ``inputs`` (request tensors: random, zeros, or perf_analyzer's
 input-data files), ``wire`` (requests encoded once for HTTP or gRPC), ``senders`` (the asyncio
 transports), ``load`` (worker processes and the load they drive), ``pool`` (the parent's
-handle on them), ``stats`` (merging their
-latencies into one record per step), ``report`` (table, JSON, CSV, plot) and ``runner``
-(the sweep).
+handle on them), ``stats`` (their latencies merged into one record per step), ``report``
+(table, JSON, CSV, plot) and ``runner`` (the sweep).
 """
