@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from modelyard.bench.args import add_parser as add_bench_parser
 from modelyard.heap import DEFAULT_RETAIN_MB
 
 
@@ -116,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--log-verbose", type=int, default=0, help="verbose log level (0 = off)")
     s.add_argument("--id", default="triton", help="server id reported in server metadata")
+    add_bench_parser(sub)
     return parser
 
 
@@ -140,6 +142,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         from modelyard.server import serve
 
         sys.exit(serve(args))
+    if args.command == "bench":
+        from modelyard.bench.runner import run
+
+        sys.exit(run(args))
 
 
 if __name__ == "__main__":
