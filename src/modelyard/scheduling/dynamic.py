@@ -140,9 +140,10 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
             self._check_deadlock(ctx)
         now = time.monotonic_ns()
         ctx.t_queued = now
+        # As Triton's PolicyQueue: a request's own timeout may only shorten the default one.
         timeout_us = policy.default_timeout_us
-        if req.timeout_us and (policy.allow_timeout_override or not timeout_us):
-            timeout_us = req.timeout_us if policy.allow_timeout_override else timeout_us
+        if policy.allow_timeout_override and 0 < req.timeout_us < timeout_us:
+            timeout_us = req.timeout_us
         deadline = now + timeout_us * 1000 if timeout_us else 0
         first = req.inputs[0] if req.inputs else None
         size = first.shape[0] if first is not None and first.shape else 1

@@ -111,11 +111,18 @@ class Supervisor:
             if self._outcome is not None and not self._outcome.done():
                 self._outcome.set_result(False)
 
+    def _backoff_text(self, delay: float) -> str:
+        if not delay:
+            return ""
+        return f" in {delay:g} s (backing off: {self.failures} failures in a row)"
+
     async def _restart(self) -> None:
         how = await self._reap(False) or "went away"
-        log.error("worker process of model instance '%s' %s; restarting it", self.name, how)
+        log.error("worker process of model instance '%s' %s; restarting it%s", self.name, how,
+                  self._backoff_text(self.policy.delay(self.failures)))  # fmt: skip
         # Triton's text first (its QA greps it), then ours.
         base = f"Stub process '{self.name}' is not healthy. Its worker {how}"
+        failed = ""  # why the last attempt failed
         attempt = 0
         while True:
             attempt += 1
@@ -123,11 +130,11 @@ class Supervisor:
             if delay:  # requests fail at once meanwhile
                 if self._outcome is not None and not self._outcome.done():
                     self._outcome.set_result(False)
-                self.reason = f"{base}; restart attempt {attempt} in {delay:g} s."
+                self.reason = f"{base}; restarting it{self._backoff_text(delay)}{failed}"
                 await asyncio.sleep(delay)
             if self._outcome is None or self._outcome.done():
                 self._outcome = asyncio.get_running_loop().create_future()
-            self.reason = f"{base}; restarting it (attempt {attempt})."
+            self.reason = f"{base}; restarting it (attempt {attempt}){failed}"
             try:
                 await self._attempt()
             except Exception as e:  # ModelyardError, or OSError from starting the process
@@ -135,11 +142,10 @@ class Supervisor:
                 died = await self._reap(True)
                 self.failures += 1
                 detail = f"the new worker {died}: {message}" if died else message
-                nxt = self.policy.delay(self.failures)
-                self.reason = (f"{base}; restart attempt {attempt} failed (next in {nxt:g} s): "
-                               f"{detail}")  # fmt: skip
+                failed = f"; attempt {attempt} failed: {detail}"
                 log.error("restart of model instance '%s' failed (attempt %d; its worker %s; "
-                          "next attempt in %g s): %s", self.name, attempt, how, nxt, detail)  # fmt: skip
+                          "next attempt in %g s): %s", self.name, attempt, how,
+                          self.policy.delay(self.failures), detail)  # fmt: skip
                 self._outcome.set_result(False)
                 continue
             self.restarts += 1
