@@ -97,7 +97,7 @@ class TritonPythonModel:
 
     def execute(self, requests):
         with open(os.path.join(self.here, "started"), "a") as f:
-            f.write("batch\n")
+            f.write("batch\\n")
         for r in requests:
             if pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0] < 0:
                 threading.Event().wait()
