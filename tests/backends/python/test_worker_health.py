@@ -166,7 +166,7 @@ def test_server_readiness_during_a_restart(tmp_path: Path, strict: bool) -> None
     """The only instance is restarting (its initialize held up): not ready, and the server
     not ready with strict readiness; a request sent meanwhile waits for the restart."""
     folder = write_model(tmp_path, "health_flaky", FLAKY)
-    server = start_server(tmp_path, "--strict-readiness", str(strict).lower())
+    server = start_server(tmp_path, "--strict-readiness", str(strict).lower(), "--log-verbose", "1")
     try:
         http = httpclient.InferenceServerClient(server.http_url)
         name = "health_flaky"
@@ -180,6 +180,10 @@ def test_server_readiness_during_a_restart(tmp_path: Path, strict: bool) -> None
         assert "was killed by signal 9 (SIGKILL)" in entry["reason"]
         assert not http.is_model_ready(name)
         assert http.is_server_ready() is (not strict)
+        # Triton 26's text, logged at verbose level 1 (its QA greps it).
+        line = ("Model 'health_flaky' version 1 is not ready: Stub process 'health_flaky_0_0' "
+                "is not healthy.")  # fmt: skip
+        _until("the not-ready line in the log", lambda: line in server.output())
 
         async def waiting_request() -> float:
             async with grpcaio.InferenceServerClient(server.grpc_url) as client:
