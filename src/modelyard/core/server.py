@@ -214,8 +214,9 @@ class InferenceServer:
     async def check_ready(self) -> bool:
         """Server readiness as Triton 26 answers it: ``is_ready``, and with strict readiness
         the models' own is_ready() too."""
-        if not self.is_ready() or not self.options.strict_readiness:
-            return self.is_ready()
+        ready = self.is_ready()
+        if not ready or not self.options.strict_readiness:
+            return ready
         results = await asyncio.gather(*map(health.check_entry, self.registry.entries.values()))
         return all(results)
 
