@@ -8,6 +8,8 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
 from typing import Any
 
 from modelyard.cli.main import parse_backend_config
@@ -94,11 +96,28 @@ async def run_server(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down: draining in-flight requests (up to %g s)", args.exit_timeout_secs)
-    # Ordered shutdown: stop taking new connections, drain models, then close connections.
-    await core.stop()
+    _start_backstop(args.exit_timeout_secs + BACKSTOP_GRACE_S)
+    # Ordered shutdown: the models drain (new requests refused) and finalize within the exit
+    # timeout, or are cut off; then the connections close (every request has its answer).
+    clean = await core.stop()
     for fe in frontends:
         await _close(fe, 1.0)
-    return 0
+    return 0 if clean else 1
+
+
+# Past the exit timeout, shutdown itself (cutting off, closing connections) takes a second or
+# two; this much more means something in the server hangs, and the process ends anyway.
+BACKSTOP_GRACE_S = 15.0
+
+
+def _start_backstop(after: float) -> None:
+    def run() -> None:
+        time.sleep(after)
+        log.error("shutdown did not finish %g s after the signal: exiting now", after)
+        logging.shutdown()
+        os._exit(1)
+
+    threading.Thread(target=run, name="modelyard-exit-backstop", daemon=True).start()
 
 
 async def _close(frontend: Any, grace: float) -> None:
@@ -120,5 +139,14 @@ def serve(args: argparse.Namespace) -> int:
     if loop == "uvloop":
         import uvloop
 
-        return uvloop.run(run_server(args))
-    return asyncio.run(run_server(args))
+        code = uvloop.run(run_server(args))
+    else:
+        code = asyncio.run(run_server(args))
+    if code:
+        # Cut off at the exit timeout: a model thread (in-process mode) may still hang in
+        # execute or finalize, and the interpreter would wait for it at exit.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

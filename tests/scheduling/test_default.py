@@ -51,6 +51,49 @@ class CountingInstance(Instance):
         self.held -= 1
 
 
+class SometimesHealthy(CountingInstance):
+    """A CountingInstance whose health the test sets (a worker restarting or backing off)."""
+
+    def __init__(self, name: str, healthy: bool):
+        super().__init__(name, can_stage=False)
+        self.is_healthy = healthy
+
+    @property
+    def healthy(self) -> bool:
+        return self.is_healthy
+
+
+async def test_requests_go_to_healthy_instances_and_wait_for_one() -> None:
+    """An instance that is not healthy gets no request while another is healthy, even when it
+    is the idle one (the requests wait for the busy healthy one); once healthy again it
+    takes the waiting ones. Only when none is healthy does it get them (and answer at once)."""
+    down = SometimesHealthy("m_0", healthy=False)
+    up = SometimesHealthy("m_1", healthy=True)
+    sched = DefaultScheduler("m", [down, up])
+    first = [_ctx(f"a{i}") for i in range(3)]
+    for ctx, _ in first:
+        sched.submit(ctx)
+    await asyncio.wait_for(asyncio.gather(*(f for _, f in first)), 5)
+    assert (down.order, up.order) == ([], ["a0", "a1", "a2"])
+    up.delay = 60.0  # busy for good: the next request waits, though m_0 idles
+    busy, _ = _ctx("busy")
+    sched.submit(busy)
+    waiting, answered = _ctx("waiting")
+    sched.submit(waiting)
+    await asyncio.sleep(0)
+    assert sched.pending == 1 and down.order == []
+    down.is_healthy = True
+    assert down.health_listener is not None
+    down.health_listener()  # the worker restarted
+    await asyncio.wait_for(answered, 5)
+    assert down.order == ["waiting"]
+    up.is_healthy = down.is_healthy = False
+    nobody, last = _ctx("nobody")
+    sched.submit(nobody)  # no instance is healthy: the idle one takes it
+    await asyncio.wait_for(last, 5)
+    assert down.order == ["waiting", "nobody"]
+
+
 def _ctx(rid: str, caller: str = "") -> tuple[RequestContext, asyncio.Future[InferResponse]]:
     fut: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
     req = InferRequest("m", [Tensor("IN", "FP32", (1,), np.zeros(1, np.float32))], id=rid)

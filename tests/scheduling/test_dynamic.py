@@ -128,6 +128,79 @@ async def test_queue_timeout_rejects() -> None:
     assert (await asyncio.wait_for(f1, 5)).error is None
 
 
+class HungInstance(Instance):
+    """Runs nothing until ``release`` is set."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.release = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def execute(self, batch: list[RequestContext]) -> None:
+        self.started.set()
+        await self.release.wait()
+        for c in batch:
+            r = c.request
+            c.send(InferResponse(r.model_name, "1", r.id))
+
+
+@pytest.mark.parametrize(
+    ("policy", "request_timeout_us"),
+    [
+        (QueuePolicy(default_timeout_us=50_000), 0),
+        (QueuePolicy(default_timeout_us=60_000_000, allow_timeout_override=True), 50_000),
+    ],
+)
+async def test_queue_timeout_rejects_while_the_instance_is_hung(
+    policy: QueuePolicy, request_timeout_us: int
+) -> None:
+    """REJECT answers when the timeout expires, not when an instance frees up: the only
+    instance stays hung until the late request has its answer."""
+    inst = HungInstance("m_0")
+    b = DynamicBatcher("m", [inst], BatcherConfig(max_batch_size=1, default_policy=policy))
+    first, f1 = _ctx("first")
+    b.submit(first)
+    await asyncio.wait_for(inst.started.wait(), 5)
+    late, f2 = _ctx("late", timeout_us=request_timeout_us)
+    b.submit(late)
+    r2 = await asyncio.wait_for(f2, 30)
+    assert r2.error is not None and r2.error.message == "Request timeout expired"
+    assert r2.error.code.value == "UNAVAILABLE"
+    assert not f1.done() and b.pending == 0
+    inst.release.set()
+    assert (await asyncio.wait_for(f1, 5)).error is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "request_timeout_us"),
+    [
+        (QueuePolicy(allow_timeout_override=True), 50_000),  # no default: nothing to shorten
+        (QueuePolicy(default_timeout_us=60_000_000), 50_000),  # overriding not allowed
+    ],
+)
+async def test_a_request_timeout_only_shortens_an_allowed_default(
+    policy: QueuePolicy, request_timeout_us: int
+) -> None:
+    """Triton's PolicyQueue: the request's timeout applies only when the policy allows
+    overriding and it is shorter than the default one."""
+    inst = HungInstance("m_0")
+    b = DynamicBatcher("m", [inst], BatcherConfig(max_batch_size=1, default_policy=policy))
+    first, f1 = _ctx("first")
+    b.submit(first)
+    await asyncio.wait_for(inst.started.wait(), 5)
+    late, f2 = _ctx("late", timeout_us=request_timeout_us)
+    b.submit(late)
+    # No deadline applies: the late request is still queued after its own timeout passed.
+    assert b._queues[0][0].deadline_ns in (0, b._queues[0][0].ctx.t_queued + 60_000_000_000)
+    inst.release.set()
+    assert (await asyncio.wait_for(f1, 5)).error is None
+    assert (await asyncio.wait_for(f2, 5)).error is None
+
+
 async def test_max_queue_size() -> None:
     policy = QueuePolicy(max_queue_size=1)
     b = DynamicBatcher(

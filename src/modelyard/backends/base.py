@@ -48,6 +48,7 @@ class RequestContext:
     # For a blocking BLS call: the instance whose execute waits on it, and where it queued.
     caller: str = ""
     scheduler: Any = None
+    nested: bool = False  # made by a request in flight (BLS call, ensemble step)
     # Timing (ns, time.monotonic_ns) for statistics.
     t_queued: int = 0
     t_start: int = 0
@@ -148,6 +149,26 @@ class Instance(abc.ABC):
     async def stop(self) -> None:
         """Finalize and release everything; never raises."""
 
+    # Called (no arguments) when the instance becomes healthy again after a restart; set by
+    # the scheduler that owns the instance, so requests it held back can go.
+    health_listener: Callable[[], None] | None = None
+
     @property
     def healthy(self) -> bool:
+        """Initialized and live: a batch handed over now runs."""
         return True
+
+    @property
+    def not_ready_reason(self) -> str:
+        """Why the instance is not healthy ("" when it is)."""
+        return ""
+
+    async def check_ready(self) -> str | None:
+        """None when ready, else why not (the model's own readiness check included, for
+        instances that have one). Bounded: never waits long on the model."""
+        return None if self.healthy else self.not_ready_reason
+
+    def abort(self) -> None:
+        """The shutdown deadline passed: release what the instance holds now (kill its
+        process), without waiting for the model. Requests still in flight were answered."""
+        return None

@@ -162,7 +162,7 @@ class CoreHandlers(WorkerHandlers):
                 await self.core.unload_model(args[0], args[1], from_model=True)
                 result = None
             elif op == "ready":
-                result = self.core.model_ready(args[0], args[1])
+                result = await self.core.check_model_ready(args[0], args[1])
             else:
                 raise ModelyardError(f"unknown model control operation '{op}'")
         except ModelyardError as e:

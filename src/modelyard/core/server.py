@@ -11,9 +11,11 @@ from typing import Any
 
 from modelyard.backends.base import RequestContext
 from modelyard.config.render import model_metadata as render_metadata
+from modelyard.core import health
 from modelyard.core.bls import CoreHandlers
 from modelyard.core.ensembles import EnsembleLoadError
 from modelyard.core.file_override import remove as remove_override
+from modelyard.core.index import repository_index
 from modelyard.core.lifecycle import LoadOptions, ModelVersion, load_model
 from modelyard.core.loading import ModelLoads
 from modelyard.core.registry import ModelRegistry
@@ -21,6 +23,7 @@ from modelyard.core.response_cache import ResponseCache
 from modelyard.core.response_cache import attach as attach_cache
 from modelyard.core.settings import LogSettings, TraceSettings
 from modelyard.core.shared_memory import SharedMemoryManager, uses_shared_memory
+from modelyard.core.shutdown import stop_all
 from modelyard.core.validation import validate
 from modelyard.errors import (
     InvalidArgument,
@@ -80,6 +83,7 @@ class InferenceServer:
         self.poller: Any = None  # RepositoryPoller in poll mode
         self._live = True
         self._started = False
+        self._stopping = False
         self.shared_memory = SharedMemoryManager(options.allow_client_shm)
         self.response_cache = ResponseCache(options.cache_bytes) if options.cache_bytes else None
 
@@ -181,17 +185,17 @@ class InferenceServer:
             log.info("successfully loaded '%s' version %d", name, mv.version)
         return old
 
-    async def stop(self) -> None:
-        self._live = False
+    async def stop(self) -> bool:
+        """Shut down within the exit timeout (core/shutdown.py); True for a clean drain."""
+        self._stopping = True  # not ready from now on; still live, as Triton
         if self.poller is not None:
             await self.poller.stop()
-        await asyncio.gather(
-            *(mv.stop(self.options.exit_timeout) for e in self.registry.entries.values()
-              for mv in e.versions.values()),
-            return_exceptions=True,
-        )  # fmt: skip
+        versions = [mv for e in self.registry.entries.values() for mv in e.versions.values()]
+        clean = await stop_all(versions, self.options.exit_timeout)
+        self._live = False
         self.loads.release_all()
         self.shared_memory.close()
+        return clean
 
     # -- health and metadata -----------------------------------------------------------------
 
@@ -199,15 +203,22 @@ class InferenceServer:
         return self._live
 
     def is_ready(self) -> bool:
-        if not (self._live and self._started):
+        """Started, not stopping, and with strict readiness every model ready (instances
+        live; the models' own is_ready() is not asked: see check_ready)."""
+        if not (self._live and self._started) or self._stopping:
             return False
-        if not self.options.strict_readiness:
-            return True
-        return all(
-            e.state == "READY" or e.reason == "unloaded"
-            for e in self.registry.entries.values()
-            if e.state != "" or e.versions
+        return not self.options.strict_readiness or all(
+            map(health.counts_as_ready, self.registry.entries.values())
         )
+
+    async def check_ready(self) -> bool:
+        """Server readiness as Triton 26 answers it: ``is_ready``, and with strict readiness
+        the models' own is_ready() too."""
+        ready = self.is_ready()
+        if not ready or not self.options.strict_readiness:
+            return ready
+        results = await asyncio.gather(*map(health.check_entry, self.registry.entries.values()))
+        return all(results)
 
     def server_metadata(self) -> dict[str, Any]:
         return {
@@ -233,12 +244,23 @@ class InferenceServer:
             raise NotFound(f"Request for unknown model: '{name}' version {v} is not found")
         return mv
 
-    def model_ready(self, name: str, version: str = "") -> bool:
+    def _ready_version(self, name: str, version: str) -> ModelVersion | None:
         try:
             mv = self.get_version(name, version)
         except ModelyardError:
-            return False
-        return all(i.healthy for i in mv.instances)
+            return None
+        entry = self.registry.entries.get(name)
+        return mv if entry is not None and entry.state == "READY" else None
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        """Loaded, READY, and every instance live and initialized (no model code runs)."""
+        mv = self._ready_version(name, version)
+        return mv is not None and not health.version_trouble(mv)
+
+    async def check_model_ready(self, name: str, version: str = "") -> bool:
+        """``model_ready``, and the model's own is_ready() (Triton 26.03), bounded."""
+        mv = self._ready_version(name, version)
+        return mv is not None and not await health.check_version(mv)
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         mv = self.get_version(name, version)
@@ -307,6 +329,7 @@ class InferenceServer:
         Raises ModelyardError when the request cannot be queued (unknown model, bad input).
         """
         mv, ctx = self._prepare(request, on_response, chain)
+        ctx.nested = True  # BLS calls and ensemble steps come this way, clients never do
         if caller:
             from modelyard.scheduling.deadlock import register, release
 
@@ -362,32 +385,7 @@ class InferenceServer:
 
     async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         self.registry.scan()
-        out: list[dict[str, Any]] = []
-        for name in sorted(set(self.registry.locations) | set(self.registry.entries)):
-            entry = self.registry.entries.get(name)
-            if entry is None or (not entry.versions and entry.state == ""):
-                if not ready_only:
-                    error = self.registry.errors.get(name)  # e.g. in two repositories
-                    out.append({"name": name, "state": "UNAVAILABLE", "reason": error}
-                               if error else {"name": name})  # fmt: skip
-                continue
-            if entry.versions:
-                for v in sorted(entry.versions):
-                    item = {"name": name, "version": str(v), "state": entry.state}
-                    if entry.reason:
-                        item["reason"] = entry.reason
-                    if not ready_only or entry.state == "READY":
-                        out.append(item)
-            elif not ready_only:
-                last = [str(v) for v in entry.last_versions] or [""]
-                for ver in last:  # Triton keeps listing the versions the model had
-                    item = {"name": name, "state": entry.state}
-                    if ver:
-                        item = {"name": name, "version": ver, "state": entry.state}
-                    if entry.reason:
-                        item["reason"] = entry.reason
-                    out.append(item)
-        return out
+        return repository_index(self.registry, ready_only)
 
     def _require_explicit(self) -> None:
         if self.options.control_mode != "explicit":

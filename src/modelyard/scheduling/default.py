@@ -21,7 +21,13 @@ from collections.abc import Callable
 from modelyard.backends.base import Instance, RequestContext
 from modelyard.core.stats import ModelStats
 from modelyard.errors import Unavailable
-from modelyard.scheduling.base import BatchTasks, DeadlockCheck, run_batch
+from modelyard.scheduling.base import (
+    BatchTasks,
+    DeadlockCheck,
+    listen_for_health,
+    pick_instance,
+    run_batch,
+)
 
 
 def _stands_alone(batch: list[RequestContext]) -> bool:
@@ -45,6 +51,7 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
         # so the idle set and the queue change under this lock.
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        listen_for_health(instances, self._dispatch)
 
     @property
     def pending(self) -> int:
@@ -57,12 +64,12 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
     def submit(self, ctx: RequestContext) -> None:
         """Hand a validated request over; its responses arrive through ``ctx.send``."""
         if self._closed:
-            raise Unavailable(f"model '{self.model_name}' is unloading")
+            self._check_open(ctx)
         ctx.t_queued = time.monotonic_ns()
         ctx.scheduler = self
         self._loop = asyncio.get_running_loop()
         with self._lock:
-            instance = self._idle.popleft() if self._idle and not self._queue else None
+            instance = pick_instance(self._idle, self._instances) if not self._queue else None
         if instance is not None:
             self._start(instance, [ctx])
             return
@@ -89,8 +96,9 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
                 if ctx.cancelled or ctx.done:
                     self._queue.popleft()
                     continue
-                if self._idle:
-                    instance = self._idle.popleft()
+                instance = pick_instance(self._idle, self._instances)
+                if instance is not None:
+                    pass
                 elif self._stageable and _stands_alone([ctx]):
                     instance = self._stageable.popleft()
                 else:
@@ -127,7 +135,7 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
             # batch must never count the running one's callers as waiting on it.
             if load == 1 and getattr(instance, "can_stage", False) and _stands_alone(batch):
                 self._stageable.append(instance)
-        self._spawn(self._run(instance, batch))
+        self._spawn(self._run(instance, batch), batch)
 
     def _finish(self, instance: Instance) -> None:
         with self._lock:
@@ -138,6 +146,12 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
                 if instance in self._stageable:
                     self._stageable.remove(instance)
                 self._idle.append(instance)
+
+    def _take_queued(self) -> list[RequestContext]:
+        with self._lock:
+            taken = list(self._queue)
+            self._queue.clear()
+        return taken
 
     def _queued(self) -> int:
         return len(self._queue)

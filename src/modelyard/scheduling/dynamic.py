@@ -17,7 +17,13 @@ from typing import Any
 from modelyard.backends.base import Instance, RequestContext
 from modelyard.core.stats import ModelStats
 from modelyard.errors import Unavailable
-from modelyard.scheduling.base import BatchTasks, DeadlockCheck, run_batch
+from modelyard.scheduling.base import (
+    BatchTasks,
+    DeadlockCheck,
+    listen_for_health,
+    pick_instance,
+    run_batch,
+)
 from modelyard.types import InferResponse
 
 
@@ -92,6 +98,7 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
         self._timer: asyncio.TimerHandle | None = None
         self.stats: ModelStats | None = None  # set by the core; executions counted per batch
         self._init_tasks()
+        listen_for_health(instances, self._schedule)
 
     @property
     def pending(self) -> int:
@@ -114,7 +121,7 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
 
     def submit(self, ctx: RequestContext) -> None:
         if self._closed:
-            raise Unavailable(f"model '{self.model_name}' is unloading")
+            self._check_open(ctx)
         if ctx.chain and all(i.name in ctx.chain for i in self._instances):
             raise Unavailable(
                 f"BLS deadlock: every instance of model '{self.model_name}' is waiting on this request; "
@@ -133,9 +140,10 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
             self._check_deadlock(ctx)
         now = time.monotonic_ns()
         ctx.t_queued = now
+        # As Triton's PolicyQueue: a request's own timeout may only shorten the default one.
         timeout_us = policy.default_timeout_us
-        if req.timeout_us and (policy.allow_timeout_override or not timeout_us):
-            timeout_us = req.timeout_us if policy.allow_timeout_override else timeout_us
+        if policy.allow_timeout_override and 0 < req.timeout_us < timeout_us:
+            timeout_us = req.timeout_us
         deadline = now + timeout_us * 1000 if timeout_us else 0
         first = req.inputs[0] if req.inputs else None
         size = first.shape[0] if first is not None and first.shape else 1
@@ -229,28 +237,50 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
             self._timer.cancel()
             self._timer = None
         self._expire(time.monotonic_ns())
-        while self._idle and self._count:
+        can_run = False  # an instance is free but the batch waits (max_queue_delay)
+        while self._count:
+            instance = pick_instance(self._idle, self._instances)
+            if instance is None:
+                break
             batch = self._take_batch(force)
             if batch is None:
+                self._idle.appendleft(instance)
+                can_run = True
                 break
-            self._start(self._idle.popleft(), [item.ctx for item in batch])
-        if self._count and self._idle:
-            self._arm_timer()
+            self._start(instance, [item.ctx for item in batch])
+        if self._count:
+            self._arm_timer(can_run)
         if not self._count and not self._tasks:
             self._drained.set()
 
-    def _arm_timer(self) -> None:
-        loop = asyncio.get_running_loop()
-        oldest = min(item.ctx.t_queued for q in self._queues for item in q)
-        due_ns = oldest + self.config.max_queue_delay_us * 1000
-        deadlines = [item.deadline_ns for q in self._queues for item in q if item.deadline_ns]
+    def _arm_timer(self, can_run: bool) -> None:
+        """Wake when the waiting batch is due (an instance is free), and in any case when a
+        queued request's timeout expires, so REJECT answers on time even while every
+        instance is busy (or hung)."""
+        now = time.monotonic_ns()
+        items = [item for q in self._queues for item in q]
+        due: int | None = None
+        if can_run:
+            due = min(item.ctx.t_queued for item in items) + self.config.max_queue_delay_us * 1000
+            deadlines = [item.deadline_ns for item in items if item.deadline_ns]
+        else:
+            deadlines = [item.deadline_ns for item in items
+                         if item.deadline_ns > now and not item.delay_on_timeout]  # fmt: skip
         if deadlines:
-            due_ns = min(due_ns, min(deadlines))
-        delay = max(0.0, (due_ns - time.monotonic_ns()) / 1e9)
-        self._timer = loop.call_later(delay, self._schedule, True)
+            due = min(deadlines) if due is None else min(due, min(deadlines))
+        if due is not None:
+            delay = max(0.0, (due - now) / 1e9)
+            self._timer = asyncio.get_running_loop().call_later(delay, self._schedule, True)
 
     def _start(self, instance: Instance, batch: list[RequestContext]) -> None:
-        self._spawn(self._run(instance, batch))
+        self._spawn(self._run(instance, batch), batch)
+
+    def _take_queued(self) -> list[RequestContext]:
+        taken = [item.ctx for q in self._queues for item in q]
+        for q in self._queues:
+            q.clear()
+        self._count = 0
+        return taken
 
     def _queued(self) -> int:
         return self._count

@@ -21,7 +21,8 @@ from typing import Any
 
 from modelyard.backends.base import RequestContext
 from modelyard.core.stats import ModelStats
-from modelyard.errors import ModelyardError, Unavailable
+from modelyard.errors import ModelyardError
+from modelyard.scheduling.base import refusal
 from modelyard.types import (
     SEQUENCE_END,
     SEQUENCE_START,
@@ -68,6 +69,7 @@ class EnsembleScheduler:
         self.stats: ModelStats | None = None  # set by the loader
         self._running = 0
         self._closed = False
+        self._shutdown = False
         self._idle: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = 0
@@ -77,8 +79,8 @@ class EnsembleScheduler:
         return 0  # ensemble requests never queue here; their steps queue at the step models
 
     def submit(self, ctx: RequestContext) -> None:
-        if self._closed:
-            raise Unavailable(f"model '{self.model_name}' is unloading")
+        if self._closed and not (self._shutdown and ctx.nested):
+            raise refusal(self.model_name, ctx, self._shutdown)
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.get_ident()
@@ -101,8 +103,16 @@ class EnsembleScheduler:
         else:
             self._loop.call_soon_threadsafe(fn, *args)
 
+    def close(self, shutdown: bool = False) -> None:
+        if not self._closed:
+            self._closed, self._shutdown = True, shutdown
+
+    def abort(self, queued: ModelyardError, running: ModelyardError) -> None:
+        """Nothing queues here: the step models answer the steps still running."""
+        self.close(shutdown=True)
+
     async def drain(self, timeout: float) -> bool:
-        self._closed = True
+        self.close()
         if self._running == 0:
             return True
         self._idle = asyncio.Event()

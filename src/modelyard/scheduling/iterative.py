@@ -64,12 +64,18 @@ class IterativeSequenceBatcher(BatchTasks):
     def pending(self) -> int:
         return sum(len(s.queue) for s in self._seqs.values())
 
+    def _take_queued(self) -> list[RequestContext]:
+        taken = [ctx for seq in self._seqs.values() for ctx in seq.queue]
+        for seq in self._seqs.values():
+            seq.queue.clear()
+        return taken
+
     def _queued(self) -> int:
         return self.pending
 
     def submit(self, ctx: RequestContext) -> None:
         if self._closed:
-            raise Unavailable(f"model '{self.model_name}' is unloading")
+            self._check_open(ctx)
         req = ctx.request
         if req.correlation_id in (0, ""):
             req.correlation_id = next(self._ids)
@@ -160,7 +166,7 @@ class IterativeSequenceBatcher(BatchTasks):
         if not batch:
             return
         self._busy[i] = True
-        self._spawn(self._run(i, batch, seqs))
+        self._spawn(self._run(i, batch, seqs), batch)
 
     def _release(self, seq: _Seq) -> None:
         """The sequence's request was released for good: free its slot."""

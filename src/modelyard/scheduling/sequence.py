@@ -19,7 +19,7 @@ import numpy as np
 
 from modelyard.backends.base import Instance, RequestContext
 from modelyard.core.stats import ModelStats
-from modelyard.errors import InvalidArgument, Unavailable
+from modelyard.errors import InvalidArgument
 from modelyard.scheduling.base import BatchTasks, run_batch
 from modelyard.types import (
     SEQUENCE_END,
@@ -110,7 +110,7 @@ class SequenceBatcher(BatchTasks):
 
     def submit(self, ctx: RequestContext) -> None:
         if self._closed:
-            raise Unavailable(f"model '{self.model_name}' is unloading")
+            self._check_open(ctx)
         req = ctx.request
         cid = req.correlation_id
         if cid == 0 or cid == "":
@@ -183,7 +183,13 @@ class SequenceBatcher(BatchTasks):
         if not batch:
             return
         self._busy[i] = True
-        self._spawn(self._run(i, batch, seqs))
+        self._spawn(self._run(i, batch, seqs), batch)
+
+    def _take_queued(self) -> list[RequestContext]:
+        taken = [ctx for seq in self._seqs.values() for ctx in seq.queue]
+        for seq in self._seqs.values():
+            seq.queue.clear()
+        return taken
 
     def _queued(self) -> int:
         return self.pending

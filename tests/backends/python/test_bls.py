@@ -413,6 +413,8 @@ def test_exec_from_a_thread_the_model_started(served: Served) -> None:
 
 
 class _GatedInstance:
+    healthy = True
+
     def __init__(self, name: str, gate: asyncio.Event):
         self.name = name
         self.gate = gate

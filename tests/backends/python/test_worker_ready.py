@@ -51,6 +51,7 @@ def test_ready_arrives_while_the_loop_is_busy(
         worker = PythonWorker(spec)
         try:
             await asyncio.wait_for(worker.spawn(), 20)
+            await asyncio.wait_for(worker.start(), 20)  # READY came: initialize only
             assert worker.healthy
         finally:
             await worker.stop()

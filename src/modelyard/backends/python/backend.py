@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from modelyard.backends.base import Instance
+from modelyard.backends.python.restart import RestartPolicy
 from modelyard.backends.python.worker import PythonWorker, WorkerHandlers, WorkerSpec
 from modelyard.config.render import config_to_json
 from modelyard.errors import ConfigError
@@ -22,6 +23,7 @@ class PythonBackendOptions:
     python: str = sys.executable
     init_timeout: float = 600.0
     execution_mode: str = "process"  # or "in-process"
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
 
     @classmethod
     def from_settings(cls, settings: dict[str, str]) -> PythonBackendOptions:
@@ -38,7 +40,27 @@ class PythonBackendOptions:
             )
         if "init-timeout-seconds" in settings:
             opts.init_timeout = float(settings["init-timeout-seconds"])
+        initial = _seconds(settings, "restart-backoff-seconds", opts.restart.initial)
+        maximum = _seconds(
+            settings, "restart-backoff-max-seconds", max(initial, opts.restart.maximum)
+        )
+        opts.restart = RestartPolicy(initial=initial, maximum=maximum)
         return opts
+
+
+def _seconds(settings: dict[str, str], key: str, default: float) -> float:
+    if key not in settings:
+        return default
+    try:
+        value = float(settings[key])
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also NaN
+        raise ConfigError(
+            f"--backend-config python,{key}: expected a number of seconds >= 0, "
+            f"got '{settings[key]}'"
+        )
+    return value
 
 
 MODES = ("process", "in-process")
@@ -96,7 +118,7 @@ def _spec(cfg: Any, model_dir: str, version: int, instance_name: str, kind: str,
         instance_kind=kind, device_id=0, config_json=config_json,
         decoupled=bool(cfg.model_transaction_policy.decoupled),
         python=_python_for(cfg, opts), shm_enabled=opts.shm_enabled,
-        init_timeout=opts.init_timeout, pipeline=_pipeline(cfg),
+        init_timeout=opts.init_timeout, pipeline=_pipeline(cfg), restart=opts.restart,
     )  # fmt: skip
 
 
@@ -149,8 +171,7 @@ def create_instances(
 
                 instances.append(InProcessInstance(spec, handlers.core))  # type: ignore[attr-defined]
             elif first is not None:
-                first.spec = spec
-                first.name = name
+                first.adopt(spec)
                 instances.append(first)
                 first = None
             else:

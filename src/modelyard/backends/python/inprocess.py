@@ -28,6 +28,7 @@ from modelyard.backends.python.inprocess_runtime import (
     tensor_data,
 )
 from modelyard.backends.python.isolation import import_isolated
+from modelyard.backends.python.readiness import UserReadiness, check_result
 from modelyard.backends.python.stub import format_exception
 from modelyard.backends.python.stub_runtime import error_code_name
 from modelyard.errors import ErrorCode, InternalError, ModelyardError
@@ -46,12 +47,15 @@ class InProcessInstance(Instance):
         self.name = spec.instance_name
         self.core = core
         self.model: Any = None
+        self._has_is_ready = False
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"modelyard-{spec.instance_name}")
         self.runtime: InProcessRuntime | None = None
         self._outputs: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self.sync_execute = False
         self.iterative = release.is_iterative(spec.config_json)
+        self._user_ready = UserReadiness(self.name, self._probe_is_ready)
+        self._ready_thread: ThreadPoolExecutor | None = None  # runs a sync is_ready()
 
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         rt = self.runtime
@@ -82,6 +86,7 @@ class InProcessInstance(Instance):
                     f"Python model '{spec.model_file}' has no class 'TritonPythonModel'"
                 )
             self.model = await self._in_thread(cls)
+            self._has_is_ready = hasattr(self.model, "is_ready")
             self.sync_execute = not asyncio.iscoroutinefunction(
                 getattr(self.model, "execute", None)
             )
@@ -102,7 +107,36 @@ class InProcessInstance(Instance):
         except BaseException as e:
             raise InternalError(format_exception(e)) from None
 
+    async def check_ready(self) -> str | None:
+        if self.model is None or not self._has_is_ready:
+            return None
+        return await self._user_ready.check()
+
+    async def _probe_is_ready(self) -> bool:
+        rt = self.runtime
+
+        def call() -> Any:
+            with pb.runtime_context(rt):
+                return self.model.is_ready()
+
+        try:
+            if asyncio.iscoroutinefunction(self.model.is_ready):
+                with pb.runtime_context(rt):
+                    result = await self.model.is_ready()
+            else:  # on a thread of its own, as Triton's stub: execute may be running
+                if self._ready_thread is None:
+                    self._ready_thread = ThreadPoolExecutor(1, f"modelyard-{self.name}-is-ready")
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(self._ready_thread, call)
+                if asyncio.iscoroutine(result):
+                    result = await result
+        except Exception as e:  # the model's code may raise anything
+            raise ModelyardError(format_exception(e)) from None
+        return check_result(result)
+
     async def stop(self) -> None:
+        if self._ready_thread is not None:
+            self._ready_thread.shutdown(wait=False)
         if self.model is not None and hasattr(self.model, "finalize"):
             try:
                 result = await self._in_thread(self.model.finalize)

@@ -223,7 +223,12 @@ class InProcessRuntime:
         self._control(self.core.unload_model(name, unload_dependents, from_model=True))
 
     def is_model_ready(self, name: str, version: str) -> bool:
-        return self.core.model_ready(name, version)
+        if on_loop(self.loop):  # cannot wait here: liveness only, no model's is_ready()
+            return self.core.model_ready(name, version)
+        ready = asyncio.run_coroutine_threadsafe(
+            self.core.check_model_ready(name, version), self.loop
+        )
+        return bool(ready.result(timeout=60))
 
     def model_dir(self) -> str:
         return self._model_dir or os.getcwd()

@@ -30,6 +30,7 @@ CANCEL = "cancel"  # requests whose client went away
 CONTROL_RESULT = "control_result"  # answer to a model-control call
 METRICS = "metrics"  # (kind, call_id): the worker answers RESULT with its custom metrics
 FORGET_REGIONS = "forget-regions"  # tokens of client shm regions unregistered (client_regions)
+IS_READY = "is-ready"  # (kind, call_id): the worker answers RESULT with the model's is_ready()
 
 # Message kinds, worker -> server.
 READY = "ready"

@@ -25,6 +25,7 @@ from modelyard.backends.python.baton import ReadBaton
 from modelyard.backends.python.client_regions import ClientRegions, RegionError
 from modelyard.backends.python.release import is_iterative
 from modelyard.backends.python.stub_bls import PARENTS
+from modelyard.backends.python.stub_readiness import StubReadiness
 
 log = logging.getLogger("modelyard.stub")
 
@@ -67,6 +68,7 @@ class Stub:
         self.phase = "starting"  # initialize -> ready -> finalize; BLS only when ready
         self.executing = False  # the main thread is inside a sync execute
         self.main_ident = threading.get_ident()
+        self.readiness = StubReadiness(self)
 
     # -- channel ---------------------------------------------------------------------------
 
@@ -115,6 +117,8 @@ class Stub:
             from triton_python_backend_utils._metrics import snapshot
 
             self.send(ipc.RESULT, msg[1], True, snapshot())
+        elif kind == ipc.IS_READY:  # answered off the main thread: execute may be running
+            self.readiness.ask(msg[1])
         elif kind in (ipc.BLS_RESPONSE, ipc.CONTROL_RESULT, ipc.CANCEL):
             if self.runtime is not None:
                 self.runtime.deliver(msg)
@@ -138,7 +142,7 @@ class Stub:
                     result = self.autocomplete(*payload)
                 elif kind == ipc.INIT:
                     self.initialize(payload)
-                    result = None
+                    result = hasattr(self.model, "is_ready")  # no IPC at all for models without
                 elif kind == ipc.FINALIZE:
                     self.finalize()
                     self.send(ipc.RESULT, call_id, True, None)

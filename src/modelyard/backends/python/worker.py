@@ -16,13 +16,15 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from modelyard.backends.base import Instance, RequestContext
+from modelyard.backends.base import RequestContext
 from modelyard.backends.python import client_regions, ipc, packing, release, shm
+from modelyard.backends.python.restart import RestartPolicy
+from modelyard.backends.python.worker_health import WorkerHealth
 from modelyard.core import shared_memory
-from modelyard.errors import ErrorCode, InternalError, ModelyardError
+from modelyard.errors import Cancelled, ErrorCode, InternalError, ModelyardError
 from modelyard.types import InferResponse, Tensor
 
 log = logging.getLogger("modelyard")
@@ -48,6 +50,7 @@ class WorkerSpec:
     start_timeout: float = 30.0
     init_timeout: float = 600.0
     pipeline: bool = True  # may hold one staged batch behind the running one
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
 
 
 class WorkerHandlers:
@@ -65,7 +68,7 @@ class WorkerHandlers:
         )
 
 
-class PythonWorker(Instance):
+class PythonWorker(WorkerHealth):
     def __init__(self, spec: WorkerSpec, handlers: WorkerHandlers | None = None):
         self.spec = spec
         self.name = spec.instance_name
@@ -92,22 +95,17 @@ class PythonWorker(Instance):
         self._async_batches: dict[int, list[int]] = {}  # execute call id -> request keys
         self._early_results: dict[int, tuple[bool, Any]] = {}  # RESPONSES before RESULT
         self._keys = itertools.count(1)
-        self._alive = False
-        self._lost = asyncio.Event()
+        self._alive = False  # the process is connected
+        self._initialized = False  # ... and its model's initialize succeeded
         self._stopping = False
-        self._started = False
-        self._restart: asyncio.Task[None] | None = None
-        self.restarts = 0
+        self._started = False  # initialized once: a worker that dies from now on restarts
+        self._init_health()
         # Client shm regions this worker may have mapped (client_regions.py), by token.
         self._region_tokens: set[int] = set()
         self._direct_outputs = (spec.config_json, client_regions.direct_outputs(spec.config_json))
         shared_memory.on_region_released(self._region_released)
 
     # -- lifecycle ---------------------------------------------------------------------------
-
-    @property
-    def healthy(self) -> bool:
-        return self._alive and (self._restart is None or self._restart.done())
 
     async def spawn(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -143,13 +141,20 @@ class PythonWorker(Instance):
     async def start(self) -> None:
         if self._proto is None:
             await self.spawn()
-        await self._call(ipc.INIT, self._spec_payload(), self.spec.init_timeout, "initialize")
+        await self._initialize()
         self._started = True
 
+    async def _initialize(self) -> None:
+        result = await self._call(ipc.INIT, self._spec_payload(), self.spec.init_timeout,
+                                  "initialize")  # fmt: skip
+        self._has_is_ready = bool(result)
+        self._initialized = True
+
     async def stop(self) -> None:
+        """Finalize and end the worker (finalize bounded at 30 s, as for an unload);
+        shutdown bounds it by its own deadline from outside, then calls :meth:`abort`."""
         self._stopping = True
-        if self._restart is not None:
-            self._restart.cancel()
+        self._sup.cancel()
         if self._alive:
             try:
                 await self._call(ipc.FINALIZE, None, 30.0, "finalize")
@@ -190,7 +195,7 @@ class PythonWorker(Instance):
             self._to_free = []
         self._proto.send(message)
 
-    async def _call(self, kind: str, payload: Any, timeout: float, what: str) -> Any:
+    async def _call(self, kind: str, payload: Any, timeout: float | None, what: str) -> Any:
         assert self._loop is not None
         call_id = next(self._call_ids) if kind != ipc.READY else 0
         fut: asyncio.Future[Any] = self._calls.get(call_id) or self._loop.create_future()
@@ -269,7 +274,9 @@ class PythonWorker(Instance):
         was_alive = self._alive
         self._alive = False
         self._proto = None
-        err = InternalError(f"Stub process '{self.name}' is not healthy.")
+        err: ModelyardError = InternalError(f"Stub process '{self.name}' is not healthy.")
+        if self._stopping:  # cut off by an unload or shutdown, not by a crash
+            err = Cancelled(f"Request was cancelled: model instance '{self.name}' stopped")
         for fut in self._calls.values():
             if not fut.done():
                 fut.set_exception(err)
@@ -278,25 +285,9 @@ class PythonWorker(Instance):
         self._live.clear()
         self._async_batches.clear()
         self._early_results.clear()
+        self._initialized = False
         if was_alive and not self._stopping and self._loop is not None and self._started:
-            log.error("worker process of model instance '%s' exited; restarting it", self.name)
-            self._restart = self._loop.create_task(self._restart_worker())
-
-    async def _restart_worker(self) -> None:
-        if self._proc is not None:
-            await self._proc.wait()
-        self._pool.close()
-        shm.sweep(self._prefix + "-")
-        self._pool = shm.ShmPool(self._prefix + "-s", enabled=self.spec.shm_enabled)
-        self.mapper.forget_prefix(self._prefix)
-        self._region_tokens.clear()
-        try:
-            await self.spawn()
-            await self._call(ipc.INIT, self._spec_payload(), self.spec.init_timeout, "initialize")
-            self.restarts += 1
-            log.info("model instance '%s' restarted", self.name)
-        except ModelyardError as e:
-            log.error("restart of model instance '%s' failed: %s", self.name, e.message)
+            self._sup.crashed(self._recovered)
 
     def _on_segment_released(self, name: str) -> None:
         # Runs wherever the last view died (any thread); FREE rides on the next frame we send
@@ -345,14 +336,19 @@ class PythonWorker(Instance):
     async def execute(self, batch: list[RequestContext]) -> None:
         """Run ``batch``. At most one more batch may be staged while one runs (the scheduler
         stages only requests no other instance waits on); the worker runs them in order."""
-        if self._restart is not None and not self._restart.done():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._restart), self.spec.init_timeout)
-        if not self._alive:
-            err = InternalError(f"Stub process '{self.name}' is not healthy.")
-            for ctx in batch:
-                ctx.send(_error_response(ctx, err))
-            return
+        if not self.healthy:
+            # Handed over only when no instance of the model is healthy. A restart under way
+            # (bounded by the start and init timeouts) is waited for; while the restarts back
+            # off, the requests fail at once with the reason: initialize never ran on this
+            # process, so execute must not either.
+            attempt = self._sup.attempting
+            if attempt is not None:
+                await asyncio.shield(attempt)
+            if not self.healthy:
+                err = InternalError(self.not_ready_reason)
+                for ctx in batch:
+                    ctx.send(_error_response(ctx, err))
+                return
         staged = self._inflight > 0
         if staged:
             if self._staged is not None:
@@ -381,6 +377,8 @@ class PythonWorker(Instance):
         finally:
             self._inflight -= 1
             self._finished(batch)
+            if self._alive:  # the worker lived through a batch: its next crash is news
+                self._sup.served = True
         if results == ipc.ASYNC_ACCEPTED:
             # `async def execute`: the coroutine runs on in the worker and this instance
             # takes the next batch; results come later in a RESPONSES frame (which may

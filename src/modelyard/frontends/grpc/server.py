@@ -72,7 +72,8 @@ def _add_health(server: Any, core: Core) -> bool:
     class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
         async def Check(self, request: Any, context: Any) -> Any:
             status = health_pb2.HealthCheckResponse
-            return status(status=status.SERVING if core.is_ready() else status.NOT_SERVING)
+            ready = await core.check_ready()
+            return status(status=status.SERVING if ready else status.NOT_SERVING)
 
     health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(), server)
     return True

@@ -47,8 +47,8 @@ async def _json_body(request: Request) -> dict[str, Any] | None:
 # -- health and metadata -----------------------------------------------------------------------
 
 
-def health(core: InferenceServer, kind: str) -> Response:
-    ok = core.is_live() if kind == "live" else core.is_ready()
+async def health(core: InferenceServer, kind: str) -> Response:
+    ok = core.is_live() if kind == "live" else await core.check_ready()
     return empty_response(200 if ok else 400)
 
 
@@ -60,8 +60,8 @@ def model_metadata(core: InferenceServer, model: str, version: str) -> Response:
     return json_value_response(core.model_metadata(model, version))
 
 
-def model_ready(core: InferenceServer, model: str, version: str) -> Response:
-    if core.model_ready(model, version):
+async def model_ready(core: InferenceServer, model: str, version: str) -> Response:
+    if await core.check_model_ready(model, version):
         return empty_response(200)
     return message_response("Model version not ready", 400, json=False)
 

@@ -135,8 +135,8 @@ class _Router:
         get, post, both = ("GET",), ("POST",), ("GET", "POST")
         return {
             "/v2": (get, sync(lambda: handlers.server_metadata(core))),
-            "/v2/health/live": (get, sync(lambda: handlers.health(core, "live"))),
-            "/v2/health/ready": (get, sync(lambda: handlers.health(core, "ready"))),
+            "/v2/health/live": (get, lambda _: handlers.health(core, "live")),
+            "/v2/health/ready": (get, lambda _: handlers.health(core, "ready")),
             "/v2/models/stats": (get, sync(lambda: handlers.statistics(core, "", ""))),
             "/v2/logging": (both, lambda request: handlers.logging_settings(core, request)),
             "/v2/trace/setting": (both, lambda request: handlers.trace_settings(core, request)),
@@ -193,7 +193,7 @@ class _Router:
         if kind == "ready":
             if method != "GET":
                 return _NOT_ALLOWED
-            return handlers.model_ready(core, model, version)
+            return await handlers.model_ready(core, model, version)
         if kind == "config":
             if method != "GET":
                 return _NOT_ALLOWED

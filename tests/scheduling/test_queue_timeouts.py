@@ -1,0 +1,79 @@
+"""Queue timeouts bound waiting, through the real server and tritonclient: with the dynamic
+batcher's REJECT policy a request whose timeout (the policy's default, or the request's own
+``timeout`` where the policy allows overriding it) expires is answered then, with Triton's
+"Request timeout expired" (UNAVAILABLE), while the only instance is still hung."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc.aio as grpcaio
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.healthmodels import GATED, write_model
+from tests.serverproc import ServerProcess, start_server
+
+WAIT_S = 90.0  # guards against hanging only
+POLICIES = {
+    # the request's own timeout shortens an allowed 60 s default
+    "gated_override": "dynamic_batching { default_queue_policy { timeout_action: REJECT "
+    "default_timeout_microseconds: 60000000 allow_timeout_override: true } }",
+    # the policy's default timeout
+    "gated_default": "dynamic_batching { default_queue_policy { timeout_action: REJECT "
+    "default_timeout_microseconds: 200000 } }",
+}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
+    root = tmp_path_factory.mktemp("queue_timeouts")
+    for name, policy in POLICIES.items():
+        write_model(root, name, GATED, max_batch_size=1, extra=policy)
+    server = start_server(root)
+    yield server, root
+    server.stop()
+
+
+def _in(mod: object, value: float) -> list[object]:
+    x = mod.InferInput("IN", [1, 1], "FP32")  # type: ignore[attr-defined]
+    x.set_data_from_numpy(np.full((1, 1), value, np.float32))
+    return [x]
+
+
+@pytest.mark.parametrize("model", list(POLICIES))
+async def test_a_queued_request_times_out_while_the_instance_is_hung(
+    served: tuple[ServerProcess, Path], model: str
+) -> None:
+    server, root = served
+    folder = root / model
+    (folder / "hold").touch()
+    timeout_us = 200_000 if model == "gated_override" else None
+    try:
+        async with grpcaio.InferenceServerClient(server.grpc_url) as client:
+            held = asyncio.ensure_future(client.infer(model, _in(grpcaio, 1)))
+            deadline = time.monotonic() + WAIT_S
+            while not (folder / "started").exists():
+                assert time.monotonic() < deadline, "the first request never ran"
+                await asyncio.sleep(0.02)
+            with pytest.raises(InferenceServerException) as grpc_err:
+                await client.infer(model, _in(grpcaio, 2), timeout=timeout_us)
+            assert grpc_err.value.status() == "StatusCode.UNAVAILABLE"
+            assert grpc_err.value.message() == "Request timeout expired"
+            http = httpclient.InferenceServerClient(server.http_url)
+            with pytest.raises(InferenceServerException) as http_err:
+                await asyncio.to_thread(http.infer, model, _in(httpclient, 3), timeout=timeout_us)
+            assert http_err.value.status() == "503"
+            assert http_err.value.message() == "Request timeout expired"
+            assert not held.done()  # the instance was hung all along
+            (folder / "hold").unlink()
+            result = await asyncio.wait_for(held, WAIT_S)
+            assert result.as_numpy("OUT")[0][0] == 1
+    finally:
+        (folder / "hold").unlink(missing_ok=True)
+        (folder / "started").unlink(missing_ok=True)

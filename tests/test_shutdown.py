@@ -1,0 +1,161 @@
+"""Shutdown within ``--exit-timeout-secs`` from SIGTERM, whatever the models do, through the
+real server and tritonclient: requests in flight either complete or are answered (queued ones
+UNAVAILABLE, running ones CANCELLED), new ones get Triton's UNAVAILABLE text, finalize is
+abandoned and workers killed at the deadline; exit code 0 for a clean drain, 1 otherwise (as
+Triton's "failed to stop server")."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc.aio as grpcaio
+from tritonclient.utils import InferenceServerException
+
+from tests.healthmodels import GATED, write_model
+from tests.serverproc import ServerProcess, start_server
+
+MODES = {"process": (), "in-process": ("--backend-config", "python,execution-mode=in-process")}
+WAIT_S = 90.0  # guards against hanging only
+STOPPING = "Server is stopping, scheduler for model has stopped accepting new inference requests"
+
+
+def _in(value: float) -> list[grpcaio.InferInput]:
+    x = grpcaio.InferInput("IN", [1], "FP32")
+    x.set_data_from_numpy(np.array([value], np.float32))
+    return [x]
+
+
+async def _outcome(client: grpcaio.InferenceServerClient, value: float, rid: str) -> Any:
+    try:
+        result = await client.infer("gated", _in(value), request_id=rid)
+        return float(result.as_numpy("OUT")[0])
+    except InferenceServerException as e:
+        return e.status(), e.message()
+
+
+async def _until(what: str, check: Any) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def _exit_code(server: ServerProcess) -> int:
+    code: int = await asyncio.get_running_loop().run_in_executor(None, server.proc.wait, WAIT_S)
+    return code
+
+
+def _workers_of(pid: int) -> list[int]:
+    """Worker processes the server with ``pid`` started (their argv names it)."""
+    marker = f"modelyard-{pid}-".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+async def test_a_hung_model_is_cut_off_at_the_exit_timeout(tmp_path: Path, mode: str) -> None:
+    """One request hangs in execute for good, two wait behind it, finalize would hang too:
+    SIGTERM with a 2 s exit timeout still ends the server, every request has its answer."""
+    folder = write_model(tmp_path, "gated", GATED)
+    (folder / "hang_finalize").touch()
+    server = start_server(tmp_path, "--exit-timeout-secs", "2", *MODES[mode])
+    try:
+        async with grpcaio.InferenceServerClient(server.grpc_url) as client:
+            hung = asyncio.ensure_future(_outcome(client, -1, "hung"))
+            await _until("the hung request to run", (folder / "started").exists)
+            waiting = [asyncio.ensure_future(_outcome(client, 1, f"waits{i}")) for i in range(2)]
+            # Both are in the server: in process mode the first to come is staged in the busy
+            # worker (it leaves the server's queue), the other queues.
+            queued = 1 if mode == "process" else 2
+            await _until("the two requests to queue", lambda: _pending(server) == queued)
+            server.proc.send_signal(signal.SIGTERM)
+            await _until("the drain to start", lambda: "Waiting for in-flight" in server.output())
+            late = await _outcome(client, 1, "late")
+            assert late == ("StatusCode.UNAVAILABLE", f"[request id: late] {STOPPING}")
+            assert await asyncio.wait_for(hung, WAIT_S) == (
+                "StatusCode.CANCELLED",
+                "Request was cancelled: the server is stopping and its exit timeout (2 s) "
+                "expired while the request ran",
+            )
+            for request in waiting:
+                assert await asyncio.wait_for(request, WAIT_S) == (
+                    "StatusCode.UNAVAILABLE",
+                    "Server is stopping, the exit timeout (2 s) expired before the request ran",
+                )
+            assert await _exit_code(server) == 1
+        log = server.output()
+        assert "failed to stop server: Exit timeout expired. Exiting immediately." in log
+        await _until("its workers to end", lambda: not _workers_of(server.proc.pid))
+    finally:
+        server.stop()
+
+
+def _pending(server: ServerProcess) -> int:
+    """nv_inference_pending_request_count of the model: requests queued in the server (one
+    staged in a busy worker has left that queue)."""
+    host, port = server.metrics_url.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    for line in text.splitlines():
+        if line.startswith('nv_inference_pending_request_count{model="gated"'):
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+async def test_a_clean_drain_completes_in_flight_requests_and_exits_0(tmp_path: Path) -> None:
+    folder = write_model(tmp_path, "gated", GATED)
+    (folder / "hold").touch()
+    server = start_server(tmp_path, "--exit-timeout-secs", "60")
+    try:
+        async with grpcaio.InferenceServerClient(server.grpc_url) as client:
+            running = asyncio.ensure_future(_outcome(client, 3, "running"))
+            await _until("the request to run", (folder / "started").exists)
+            server.proc.send_signal(signal.SIGTERM)
+            await _until("the drain to start", lambda: "Waiting for in-flight" in server.output())
+            assert await _outcome(client, 1, "") == (
+                "StatusCode.UNAVAILABLE",
+                f"[request id: <id_unknown>] {STOPPING}",
+            )
+            assert not running.done()
+            (folder / "hold").unlink()
+            assert await asyncio.wait_for(running, WAIT_S) == 3
+            assert await _exit_code(server) == 0
+        assert "Exit timeout expired" not in server.output()
+    finally:
+        server.stop()
+
+
+async def test_a_hung_finalize_is_abandoned(tmp_path: Path) -> None:
+    folder = write_model(tmp_path, "gated", GATED)
+    (folder / "hang_finalize").touch()
+    server = start_server(tmp_path, "--exit-timeout-secs", "1")
+    try:
+        async with grpcaio.InferenceServerClient(server.grpc_url) as client:
+            assert await _outcome(client, 5, "ok") == 5
+        server.proc.send_signal(signal.SIGTERM)
+        assert await _exit_code(server) == 1
+        assert ("finalize of gated_0_0 did not finish within the exit timeout (1 s): abandoned"
+                in server.output())  # fmt: skip
+        await _until("its workers to end", lambda: not _workers_of(server.proc.pid))
+    finally:
+        server.stop()
