@@ -46,6 +46,7 @@ async def handle_infer(
             encoding_value = value
         elif name == b"accept-encoding":
             accept = value
+    request.cancel_on_disconnect()  # from here on, a client that goes away cancels
     body: Buffer = await read_body(request)
     if encoding_value is not None:
         encoding = compression.request_encoding(encoding_value.decode("latin-1"))
@@ -67,7 +68,6 @@ async def handle_infer(
             model, version, memoryview(body), header_length, max_input_size
         )
 
-    request.cancel_on_disconnect()
     response = await core.infer(infer_request)
 
     if plan.classification:
