@@ -200,7 +200,7 @@ def _expect_modelyard_error(call: Any) -> None:
         assert_status_allowed(http_status(e), e.message)
 
 
-@fuzz(400)
+@fuzz(300)
 @given(infer_body(), st.integers(1, 1 << 20))
 def test_http_request_codec(body: tuple[bytes, int | None], max_input: int) -> None:
     data, header = body
@@ -228,7 +228,7 @@ def test_http_raw_binary_request(data: bytes, datatype: str, dims: list[int], ba
     _expect_modelyard_error(lambda: codec.raw_infer_request("m", "", data, spec, batch, 1))
 
 
-@fuzz(400)
+@fuzz(250)
 @given(st.binary(max_size=200), st.sampled_from(["gzip", "deflate"]), st.integers(0, 300))
 def test_decompress(data: bytes, encoding: str, limit: int) -> None:
     import gzip
@@ -271,7 +271,7 @@ def _bytes_of(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
-@fuzz(400)
+@fuzz(250)
 @given(st.lists(output_tensor(), min_size=1, max_size=3, unique_by=lambda t: t.name), st.booleans())
 def test_http_response_codec_round_trip(outputs: list[Tensor], binary: bool) -> None:
     """What the encoder produces, tritonclient's parser reads back unchanged (or the encoder
