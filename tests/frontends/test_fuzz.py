@@ -126,6 +126,7 @@ _data = (
 _params = st.dictionaries(text(4), json_value, max_size=2)
 _sizes = st.integers(-1, 64) | json_value
 _regions = text(4) | json_value
+_coin = st.booleans()
 
 
 @st.composite
@@ -137,13 +138,14 @@ def json_input(draw: st.DrawFn) -> Any:
     kind = draw(_kinds)
     if kind in ("data", "both"):
         item["data"] = draw(_data)
-    params: dict[str, Any] = draw(_params)
+    params: dict[str, Any] = dict(draw(_params))
     if kind in ("binary", "both"):
         params["binary_data_size"] = draw(_sizes)
     if kind == "shm":
         params["shared_memory_region"] = draw(_regions)
         params["shared_memory_byte_size"] = draw(_sizes)
-    if params or draw(st.booleans()):
+    keep_empty: bool = draw(_coin)
+    if params or keep_empty:
         item["parameters"] = params
     return item
 
@@ -253,6 +255,7 @@ def output_tensor(draw: st.DrawFn) -> Tensor:
     datatype = draw(st.sampled_from(DATATYPES))
     shape = tuple(draw(small_shape))
     count = int(np.prod(shape)) if shape else 1
+    array: np.ndarray[Any, Any]
     if datatype == "BYTES":
         values = draw(st.lists(st.binary(max_size=5), min_size=count, max_size=count))
         array = np.array([*values, b""], dtype=np.object_)[:count].reshape(shape)
@@ -354,7 +357,7 @@ def grpc_request(draw: st.DrawFn) -> bytes:
         data = data[:i] + bytes([data[i] ^ draw(st.integers(1, 255))]) + data[i + 1 :]
     elif mutation == "append":
         data += draw(st.binary(min_size=1, max_size=8))
-    return data
+    return bytes(data)
 
 
 @fuzz(300)

@@ -67,7 +67,8 @@ def _metric(server: ServerProcess, name: str, labels: str) -> float:
 
 def _stats(client: httpclient.InferenceServerClient) -> dict[str, Any]:
     stats: dict[str, Any] = client.get_inference_statistics("http_gate")["model_stats"][0]
-    return stats["inference_stats"]
+    inference: dict[str, Any] = stats["inference_stats"]
+    return inference
 
 
 def test_disconnected_client_cancels_its_queued_and_running_requests(
