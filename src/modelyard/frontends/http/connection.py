@@ -14,8 +14,10 @@ bound (see ``limits.py`` for the limits and their messages):
   reading) does not count against the client;
 * ``idle_timeout``: uvicorn's keep-alive timeout between requests.
 
-Each answer is ``{"error": ...}`` with ``connection: close``; a response the application has
-started already is never interleaved with one (the connection is just closed). When the
+Each answer is ``{"error": ...}`` with ``connection: close``, then the server shuts its side
+and drops what the client still sends until the client closes (at most REJECT_LINGER_S): a
+client still sending a refused body reads the answer rather than a reset. A response the
+application has started already is never interleaved with one. When the
 client goes away while its request runs, the task a handler registered with
 ``Request.cancel_on_disconnect`` is cancelled (an inference then ends CANCELLED in the core).
 """
@@ -40,8 +42,9 @@ from modelyard.frontends.http.util import CANCEL_TASK_KEY, CLIENT_GONE_KEY
 
 log = logging.getLogger("modelyard")
 
-# How long a connection refused for the connection limit may stay open for the client to
-# read its 503 (it is closed sooner when the client closes).
+# How long a refused connection stays open, its write side shut, dropping what the client
+# still sends, so that the client reads the answer instead of a reset (it is closed sooner
+# when the client closes).
 REJECT_LINGER_S = 2.0
 _HEAD = b"HTTP/1."
 
@@ -85,6 +88,10 @@ class _CoalescingTransport:
         self._flush()
         self._transport.close()
 
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
     def is_closing(self) -> bool:  # called once per request: not through __getattr__
         return self._transport.is_closing()
 
@@ -117,7 +124,8 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._rejected: asyncio.TimerHandle | None = None  # refused: closes after a linger
+        self._refused: asyncio.TimerHandle | None = None  # over the cap: never accepted
+        self._lingering: asyncio.TimerHandle | None = None  # answered: closes after a linger
         self._reading = True  # a request (or a new connection's first) is being received
         self._in_head = True  # the parser waits for (the rest of) a request head
         self._head_bytes = 0  # raw bytes received for an incomplete head
@@ -149,14 +157,23 @@ class LimitedProtocol(HttpToolsProtocol):
                 self.limits.max_connections,
             )
         transport.write(_error_response(503, msg.too_many_connections(self.limits.max_connections)))
-        if transport.can_write_eof():
-            transport.write_eof()
-        self._rejected = self.loop.call_later(REJECT_LINGER_S, transport.close)
+        self._refused = self._linger(transport)
+
+    def _linger(self, transport: Any) -> asyncio.TimerHandle | None:
+        """Shut the write side after an answer and close after REJECT_LINGER_S (data_received
+        drops what arrives meanwhile); close at once where half-closing is not possible."""
+        if not transport.can_write_eof():
+            transport.close()
+            return None
+        transport.write_eof()
+        return self.loop.call_later(REJECT_LINGER_S, transport.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._rejected is not None:
-            self._rejected.cancel()
+        if self._refused is not None:
+            self._refused.cancel()
             return
+        if self._lingering is not None:
+            self._lingering.cancel()
         if self._read_timer is not None:
             self._read_timer.cancel()
             self._read_timer = None
@@ -177,8 +194,8 @@ class LimitedProtocol(HttpToolsProtocol):
     # -- reading ---------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
-        if self._rejected is not None:
-            return  # refused: drop what the client sends
+        if self._refused is not None or self._lingering is not None:
+            return  # answered already: drop what the client still sends
         self._unset_keepalive_if_required()
         self._last_read = self.loop.time()
         if self._in_head:
@@ -202,7 +219,7 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def _check_read(self) -> None:
         self._read_timer = None
-        if not self._reading or self.transport.is_closing():
+        if not self._reading or self._lingering is not None or self.transport.is_closing():
             return
         timeout = self.limits.read_timeout
         now = self.loop.time()
@@ -228,7 +245,10 @@ class LimitedProtocol(HttpToolsProtocol):
         log.debug("HTTP request refused (%d): %s", status, message)
         if can_write:
             self.transport.write(_error_response(status, message))
-        self.transport.close()
+            self._lingering = self._linger(self.transport)
+            self.flow.resume_reading()  # drain what the client still sends
+        else:
+            self.transport.close()
 
     # -- parser callbacks ------------------------------------------------------------------
 
@@ -242,8 +262,8 @@ class LimitedProtocol(HttpToolsProtocol):
         length = -1
         for name, value in self.headers:
             size += len(name) + len(value) + 4  # ": " and CRLF
-            if name == b"content-length":
-                length = int(value)  # httptools has checked that it is a number
+            if name == b"content-length" and value.isdigit():
+                length = int(value)
         if size > limits.max_header_size:
             raise _Reject(431, msg.header_too_large(limits.max_header_size))
         if length > limits.max_body_size:
