@@ -91,11 +91,13 @@ def _accepts(hostport: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def _http_status(hostport: str, path: str, timeout: float = 1.0) -> int | None:
+def _http_status(
+    hostport: str, path: str, timeout: float = 1.0, headers: dict[str, str] | None = None
+) -> int | None:
     host, port = hostport.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers=headers or {})
         return conn.getresponse().status
     except OSError:
         return None
@@ -163,12 +165,16 @@ class ReferenceServer:
 
 
 def start_reference(
-    repo: Path | str, *args: str, timeout: float = READY_TIMEOUT_S
+    repo: Path | str,
+    *args: str,
+    timeout: float = READY_TIMEOUT_S,
+    ready_headers: dict[str, str] | None = None,
 ) -> ReferenceServer:
     """Start the reference Triton on ``repo`` (extra ``args`` go to tritonserver) on free
     ports, and wait until ``/v2/health/ready`` answers 200 and the gRPC and metrics ports
     accept connections (at most ``timeout`` s): on a loaded machine Triton's gRPC listener
-    can come up after HTTP already answers."""
+    can come up after HTTP already answers. ``ready_headers`` go with the readiness probe
+    (the header a restricted ``health`` API expects)."""
     script = reference_script()
     if script is None or not reference_available():
         raise RuntimeError(
@@ -195,7 +201,7 @@ def start_reference(
     deadline = time.monotonic() + timeout
     while True:
         if (
-            _http_status(server.http_url, "/v2/health/ready") == 200
+            _http_status(server.http_url, "/v2/health/ready", headers=ready_headers) == 200
             and _accepts(server.grpc_url)
             and _accepts(server.metrics_url)
         ):

@@ -12,9 +12,11 @@ import threading
 import time
 from typing import Any
 
+from modelyard.cli.frontend_flags import FrontendOptions, frontend_options
 from modelyard.cli.main import parse_backend_config
 from modelyard.core.lifecycle import LoadOptions
 from modelyard.core.server import InferenceServer, ServerOptions
+from modelyard.fdlimit import raise_fd_limit
 from modelyard.heap import retain_freed_memory
 
 log = logging.getLogger("modelyard")
@@ -60,7 +62,7 @@ def _setup_logging(verbose: int) -> None:
     root.propagate = False
 
 
-async def run_server(args: argparse.Namespace) -> int:
+async def run_server(args: argparse.Namespace, fe: FrontendOptions) -> int:
     core = InferenceServer(options_from_args(args))
     failed = await core.start()
     if failed and args.exit_on_error:
@@ -72,11 +74,19 @@ async def run_server(args: argparse.Namespace) -> int:
         if args.allow_grpc:
             from modelyard.frontends.grpc.server import start_grpc_server
 
-            frontends.append(await start_grpc_server(core, args.grpc_address, args.grpc_port))
+            frontends.append(
+                await start_grpc_server(
+                    core, args.grpc_address, args.grpc_port, fe.grpc_restrictions
+                )
+            )
         if args.allow_http:
             from modelyard.frontends.http.server import start_http_server
 
-            frontends.append(await start_http_server(core, args.http_address, args.http_port))
+            frontends.append(
+                await start_http_server(
+                    core, args.http_address, args.http_port, fe.http_limits, fe.http_restrictions
+                )
+            )
         if args.allow_metrics:
             from modelyard.metrics.server import start_metrics_server
 
@@ -135,13 +145,14 @@ def serve(args: argparse.Namespace) -> int:
     if args.heap_retain_mb < 0:
         raise SystemExit(f"--heap-retain-mb must be 0 or more, got {args.heap_retain_mb}")
     retain_freed_memory(args.heap_retain_mb << 20)
+    fe = frontend_options(args, raise_fd_limit())
     loop = os.environ.get("MODELYARD_EVENT_LOOP", "uvloop")
     if loop == "uvloop":
         import uvloop
 
-        code = uvloop.run(run_server(args))
+        code = uvloop.run(run_server(args, fe))
     else:
-        code = asyncio.run(run_server(args))
+        code = asyncio.run(run_server(args, fe))
     if code:
         # Cut off at the exit timeout: a model thread (in-process mode) may still hang in
         # execute or finalize, and the interpreter would wait for it at exit.

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from modelyard.bench.args import add_parser as add_bench_parser
+from modelyard.cli.frontend_flags import add_frontend_flags
 from modelyard.heap import DEFAULT_RETAIN_MB
 
 
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--http-address", default="0.0.0.0", help="address the HTTP server binds")
     s.add_argument("--grpc-address", default="0.0.0.0", help="address the gRPC server binds")
     s.add_argument("--metrics-address", default="0.0.0.0", help="address the metrics server binds")
+    add_frontend_flags(s)
     _flag(s, "--allow-http", True, "serve HTTP/REST")
     _flag(s, "--allow-grpc", True, "serve gRPC")
     _flag(s, "--allow-metrics", True, "serve Prometheus metrics")

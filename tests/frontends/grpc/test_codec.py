@@ -111,10 +111,15 @@ def test_parse_infer_request_fields_in_any_order() -> None:
     assert [bytes(r) for r in parsed.raw] == [payload, b"ab"]
 
 
-def test_parse_infer_request_truncated() -> None:
-    data = _client_request([_input("A", np.zeros(1 << 16, np.float32))])
-    with pytest.raises(ValueError):
-        wire.parse_infer_request(data[:-10])
+@pytest.mark.parametrize("size", [16, 1 << 16])  # parsed by protobuf / by the wire scan
+def test_parse_infer_request_truncated(size: int) -> None:
+    """A body that is not a ModelInferRequest does not raise: it comes back with the error
+    the handler answers INVALID_ARGUMENT with."""
+    data = _client_request([_input("A", np.zeros(size, np.float32))])
+    parsed = wire.parse_infer_request(data[:-10])
+    assert parsed.error.startswith("Unable to parse request: ")
+    assert "ModelInferRequest" in parsed.error
+    assert parsed.raw == [] and parsed.msg.model_name == ""
 
 
 def test_varint() -> None:

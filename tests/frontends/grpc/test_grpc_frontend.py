@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -844,17 +845,17 @@ def test_advertised_system_shared_memory_registers(client: Any) -> None:
         region.unlink()
 
 
-def test_health_service_if_installed(server: ServerProcess) -> None:
-    try:
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-    except Exception:
-        pytest.skip("grpcio-health-checking is not installed (or does not load)")
-    if "grpc.health.v1 not served" in server.output():
-        pytest.skip("grpcio-health-checking does not load in the server")
+def test_health_service(server: ServerProcess) -> None:
+    """grpc.health.v1.Health is always served: Check answers SERVING (whatever the service
+    name); Watch is not served, as in Triton."""
     with grpc.insecure_channel(server.grpc_url) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=TIMEOUT)
-        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        for service in ("", "inference.GRPCInferenceService", "anything"):
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=TIMEOUT)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as e:
+            list(stub.Watch(health_pb2.HealthCheckRequest(), timeout=TIMEOUT))
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 def test_classification(client: Any) -> None:

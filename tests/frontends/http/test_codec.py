@@ -449,13 +449,34 @@ def test_compressed_responses_parse_in_the_client(encoding: str) -> None:
 def test_request_bodies_are_inflated(encoding: str) -> None:
     data = b'{"inputs":[]}' * 10
     compressed = gzip.compress(data) if encoding == "gzip" else zlib.compress(data)
-    assert compression.decompress(compressed, encoding) == data
+    assert compression.decompress(compressed, encoding, len(data)) == data
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_inflated_size_is_checked_while_inflating(encoding: str) -> None:
+    """A bomb (1 MiB that inflates to 1 GiB) stops at the limit with Triton's 400, having
+    produced at most limit + 1 bytes."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31 if encoding == "gzip" else 15)
+    chunk = bytes(1 << 20)
+    bomb = b"".join([*(c.compress(chunk) for _ in range(1024)), c.flush()])
+    assert len(bomb) < 2 << 20
+    with pytest.raises(ModelyardError) as exc:
+        compression.decompress(bomb, encoding, 1 << 20)
+    assert http_status(exc.value) == 400
+    assert exc.value.message == (
+        "Decompressed data size exceeds the maximum allowed value of 1048576 bytes. "
+        "Use --http-max-input-size to increase the limit."
+    )
 
 
 def test_bad_compressed_body() -> None:
     with pytest.raises(ModelyardError) as exc:
-        compression.decompress(b"not gzip", "gzip")
+        compression.decompress(b"not gzip", "gzip", 1 << 20)
     assert http_status(exc.value) == 400
+    data = gzip.compress(b"x" * 1000)
+    with pytest.raises(ModelyardError) as exc:
+        compression.decompress(data[:-4], "gzip", 1 << 20)  # truncated
+    assert "incomplete or truncated stream" in exc.value.message
 
 
 def test_request_encodings() -> None:

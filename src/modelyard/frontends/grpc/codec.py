@@ -343,6 +343,11 @@ def decode_infer_request(wire: WireInferRequest) -> Decoded:
             )
         # shape[:]: slicing a upb repeated field is about twice as fast as iterating it
         inputs.append(Tensor(t.name, t.datatype, tuple(t.shape[:]), None, data, params))
+    if next_raw < n_raw:  # Triton ignores the extra buffers; they point at a client bug
+        raise InvalidArgument(
+            f"unexpected number of raw_input_contents for model '{model}': got {n_raw}, but "
+            f"only {next_raw} input(s) take their data from raw_input_contents"
+        )
 
     if msg.outputs:
         outputs: list[RequestedOutput] = []

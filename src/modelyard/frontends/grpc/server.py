@@ -1,5 +1,7 @@
-"""The gRPC endpoint: ``inference.GRPCInferenceService`` on grpc.aio (plus grpc.health.v1
-when grpcio-health-checking is installed)."""
+"""The gRPC endpoint: ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health`` (its
+Check, as Triton serves it) on grpc.aio. Messages up to INT32_MAX bytes either way, as
+Triton's ``SetMaxMessageSize(MAX_GRPC_MESSAGE_SIZE)``; each method guarded by access.py
+(malformed bodies, ``--grpc-restricted-protocol``)."""
 
 from __future__ import annotations
 
@@ -7,14 +9,18 @@ import logging
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2
 
+from modelyard.frontends.grpc.access import METHOD_GROUPS, guard_stream, guard_unary, tolerant
 from modelyard.frontends.grpc.servicer import Core, InferenceServicer
 from modelyard.frontends.grpc.wire import EncodedResponse, parse_infer_request
+from modelyard.frontends.restricted import Restrictions
 
 log = logging.getLogger("modelyard")
 
 SERVICE_NAME = "inference.GRPCInferenceService"
+HEALTH_SERVICE_NAME = "grpc.health.v1.Health"
 INT32_MAX = 2**31 - 1
 
 _OPTIONS = [
@@ -25,24 +31,29 @@ _OPTIONS = [
 ]
 
 
-def method_handlers(servicer: InferenceServicer) -> dict[str, Any]:
+def method_handlers(
+    servicer: InferenceServicer, restrictions: Restrictions | None = None
+) -> dict[str, Any]:
     """One handler per RPC of the service (from the generated descriptor, so none is missed).
 
-    ModelInfer and ModelStreamInfer use the wire-level (de)serializers of ``wire.py``.
+    ModelInfer and ModelStreamInfer use the wire-level (de)serializers of ``wire.py``; they
+    report a malformed body themselves and are wrapped only when restricted (the hot path).
     """
+    restrictions = restrictions or Restrictions()
     service = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     handlers: dict[str, Any] = {}
     for method in service.methods:
         fn = getattr(servicer, method.name)
+        restriction = restrictions.get(METHOD_GROUPS[method.name])
         if method.name == "ModelInfer":
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                fn,
+                guard_unary(fn, restriction) if restriction else fn,
                 request_deserializer=parse_infer_request,
                 response_serializer=EncodedResponse.serialize,
             )
         elif method.name == "ModelStreamInfer":
             handlers[method.name] = grpc.stream_stream_rpc_method_handler(
-                fn,
+                guard_stream(fn, restriction) if restriction else fn,
                 request_deserializer=parse_infer_request,
                 response_serializer=EncodedResponse.serialize_stream,
             )
@@ -52,39 +63,37 @@ def method_handlers(servicer: InferenceServicer) -> dict[str, Any]:
             request_cls = getattr(service_pb2, method.input_type.name)
             response_cls = getattr(service_pb2, method.output_type.name)
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                fn,
-                request_deserializer=request_cls.FromString,
+                guard_unary(fn, restriction),
+                request_deserializer=tolerant(request_cls.FromString),
                 response_serializer=response_cls.SerializeToString,
             )
     return handlers
 
 
-def _add_health(server: Any, core: Core) -> bool:
-    """Register grpc.health.v1.Health (SERVING while the core is ready), if installed."""
-    try:
-        from grpc_health.v1 import health_pb2, health_pb2_grpc
-    except ImportError:
-        return False
-    except Exception as e:  # e.g. protobuf VersionError: built for a newer protobuf runtime
-        log.warning("grpc.health.v1 not served: grpcio-health-checking does not load: %s", e)
-        return False
+def health_handlers(core: Core, restrictions: Restrictions | None = None) -> dict[str, Any]:
+    """grpc.health.v1.Health: Check answers SERVING while the core is ready, whatever the
+    service name; Watch is not served (UNIMPLEMENTED), as in Triton."""
+    response = health_pb2.HealthCheckResponse
 
-    class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
-        async def Check(self, request: Any, context: Any) -> Any:
-            status = health_pb2.HealthCheckResponse
-            ready = await core.check_ready()
-            return status(status=status.SERVING if ready else status.NOT_SERVING)
+    async def check(request: Any, context: Any) -> Any:
+        ready = await core.check_ready()
+        return response(status=response.SERVING if ready else response.NOT_SERVING)
 
-    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(), server)
-    return True
+    restriction = (restrictions or Restrictions()).get(METHOD_GROUPS["Check"])
+    return {
+        "Check": grpc.unary_unary_rpc_method_handler(
+            guard_unary(check, restriction),
+            request_deserializer=tolerant(health_pb2.HealthCheckRequest.FromString),
+            response_serializer=response.SerializeToString,
+        )
+    }
 
 
 class GrpcServer:
-    def __init__(self, server: Any, host: str, port: int, health: bool = False) -> None:
+    def __init__(self, server: Any, host: str, port: int) -> None:
         self._server = server
         self.host = host
         self.port = port
-        self.health = health  # grpc.health.v1.Health is served
 
     async def close(self, grace: float = 1.0) -> None:
         """Stop accepting calls; calls still running after ``grace`` seconds are cancelled."""
@@ -94,17 +103,21 @@ class GrpcServer:
         return f"GrpcServer({self.host}:{self.port})"
 
 
-async def start_grpc_server(core: Core, host: str, port: int) -> GrpcServer:
+async def start_grpc_server(
+    core: Core, host: str, port: int, restrictions: Restrictions | None = None
+) -> GrpcServer:
     """Bind ``host:port`` (0 picks a free port), start serving, and log the bound address.
 
     Raises OSError when the address cannot be bound.
     """
     server = grpc.aio.server(options=_OPTIONS)
-    handlers = method_handlers(InferenceServicer(core))
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-    if hasattr(server, "add_registered_method_handlers"):
-        server.add_registered_method_handlers(SERVICE_NAME, handlers)
-    health = _add_health(server, core)
+    for name, handlers in (
+        (SERVICE_NAME, method_handlers(InferenceServicer(core), restrictions)),
+        (HEALTH_SERVICE_NAME, health_handlers(core, restrictions)),
+    ):
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+        if hasattr(server, "add_registered_method_handlers"):
+            server.add_registered_method_handlers(name, handlers)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         bound = server.add_insecure_port(address)
@@ -114,4 +127,4 @@ async def start_grpc_server(core: Core, host: str, port: int) -> GrpcServer:
         raise OSError(f"failed to bind the gRPC service to {address}")
     await server.start()
     log.info("Started GRPCInferenceService at %s:%d", host, bound)
-    return GrpcServer(server, host, bound, health)
+    return GrpcServer(server, host, bound)

@@ -152,6 +152,8 @@ class InferenceServicer:
 
     async def ModelInfer(self, request: WireInferRequest, context: Any) -> EncodedResponse:
         try:
+            if request.error:  # the body was not a ModelInferRequest
+                raise InvalidArgument(request.error)
             # Triton's order: version string, transaction policy, then parameters and inputs.
             msg = request.msg
             version = codec.check_version(msg.model_version) if msg.model_version else ""

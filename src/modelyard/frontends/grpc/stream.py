@@ -22,7 +22,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from modelyard.errors import ErrorCode, InternalError, ModelyardError
+from modelyard.errors import ErrorCode, InternalError, InvalidArgument, ModelyardError
 from modelyard.frontends.grpc import codec, extensions
 from modelyard.frontends.grpc.codec import Decoded
 from modelyard.frontends.grpc.wire import EncodedResponse, WireInferRequest
@@ -93,6 +93,8 @@ class _Session:
                 decoded: Decoded | None = None
                 error: ModelyardError | None = None
                 try:
+                    if wire.error:  # this message was not a ModelInferRequest
+                        raise InvalidArgument(wire.error)
                     # Triton's order: version string, transaction policy, parameters, inputs.
                     version = codec.check_version(msg.model_version)
                     decoupled = self.core.is_decoupled(msg.model_name, version)

@@ -61,17 +61,37 @@ def _read_varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
 
 class WireInferRequest:
     """A received ModelInferRequest: the protobuf message without its raw tensor bytes,
-    plus those bytes (``raw``), in order. ``msg.raw_input_contents`` must not be used."""
+    plus those bytes (``raw``), in order. ``msg.raw_input_contents`` must not be used.
 
-    __slots__ = ("msg", "raw")
+    ``error`` is set (and ``msg`` empty) when the bytes were not a valid ModelInferRequest:
+    the handler answers INVALID_ARGUMENT with it.
+    """
 
-    def __init__(self, msg: Any, raw: list[Buffer]) -> None:
+    __slots__ = ("error", "msg", "raw")
+
+    def __init__(self, msg: Any, raw: list[Buffer], error: str = "") -> None:
         self.msg = msg
         self.raw = raw
+        self.error = error
+
+
+def unparsable(error: Exception) -> str:
+    """The message for a request body that does not parse (Triton's words, then protobuf's
+    or the wire scan's, which name the message type)."""
+    return f"Unable to parse request: {error}"
 
 
 def parse_infer_request(data: bytes) -> WireInferRequest:
-    """gRPC request deserializer for ModelInfer / ModelStreamInfer."""
+    """gRPC request deserializer for ModelInfer / ModelStreamInfer; never raises (a
+    malformed message comes back with ``error`` set)."""
+    try:
+        return _parse_infer_request(data)
+    except Exception as e:  # DecodeError, or ValueError from the wire scan below
+        error = unparsable(e)
+        return WireInferRequest(service_pb2.ModelInferRequest(), [], error)
+
+
+def _parse_infer_request(data: bytes) -> WireInferRequest:
     if len(data) < SCAN_THRESHOLD:
         msg = service_pb2.ModelInferRequest.FromString(data)
         return WireInferRequest(msg, list(msg.raw_input_contents))

@@ -17,10 +17,10 @@ from collections.abc import Generator
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-# Idle keep-alive connections stay open (tritonclient reuses its connections).
-KEEP_ALIVE_S = 3630
+from modelyard.frontends.http.connection import protocol_class
+from modelyard.frontends.http.limits import HttpLimits
+
 _BACKLOG = 1024
 
 
@@ -33,61 +33,6 @@ class _Server(uvicorn.Server):
 
     def install_signal_handlers(self) -> None:  # uvicorn < 0.29
         pass
-
-
-_HEAD = b"HTTP/1."
-
-
-class _CoalescingTransport:
-    """A transport that holds a response head back until the write that follows it.
-
-    uvicorn writes a response's head (``http.response.start``) and its body in two
-    ``write()`` calls, and uvloop sends each at once: two syscalls and two segments, and the
-    client wakes up for a head without its body. Here a head is kept until the next write in
-    the same loop iteration and both go out in one ``writelines()`` (one ``writev``); a
-    ``call_soon`` flushes a head that nothing follows. Everything else is delegated.
-    """
-
-    __slots__ = ("_held", "_loop", "_transport")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
-        self._transport = transport
-        self._loop = loop
-        self._held: bytes | None = None
-
-    def write(self, data: Any) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            self._transport.writelines((held, data))
-        elif data[:7] == _HEAD:
-            self._held = bytes(data)
-            self._loop.call_soon(self._flush)
-        else:
-            self._transport.write(data)
-
-    def _flush(self) -> None:
-        held = self._held
-        if held is not None:
-            self._held = None
-            if not self._transport.is_closing():
-                self._transport.write(held)
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def is_closing(self) -> bool:  # called once per request: not through __getattr__
-        return self._transport.is_closing()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
-class _Protocol(HttpToolsProtocol):
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        wrapped: Any = _CoalescingTransport(transport, asyncio.get_running_loop())
-        super().connection_made(wrapped)
 
 
 def _bind(host: str, port: int) -> list[socket.socket]:
@@ -154,12 +99,16 @@ class AsgiServer:
             connection.shutdown()
 
 
-async def serve_asgi(app: Any, host: str, port: int) -> AsgiServer:
-    """Bind ``host:port`` and serve ``app`` (an ``async def app(scope, receive, send)``)."""
+async def serve_asgi(
+    app: Any, host: str, port: int, limits: HttpLimits | None = None
+) -> AsgiServer:
+    """Bind ``host:port`` and serve ``app`` (an ``async def app(scope, receive, send)``),
+    each connection within ``limits`` (connection.py)."""
+    limits = limits or HttpLimits()
     config = uvicorn.Config(
         app,
         loop="none",
-        http=_Protocol,
+        http=protocol_class(limits),
         ws="none",
         lifespan="off",
         interface="asgi3",
@@ -168,7 +117,7 @@ async def serve_asgi(app: Any, host: str, port: int) -> AsgiServer:
         proxy_headers=False,
         server_header=False,
         date_header=False,
-        timeout_keep_alive=KEEP_ALIVE_S,
+        timeout_keep_alive=limits.idle_timeout,  # type: ignore[arg-type]
         backlog=_BACKLOG,
     )
     config.load()

@@ -20,6 +20,11 @@ import orjson
 from modelyard import codec as core_codec
 from modelyard.errors import InternalError, InvalidArgument, ModelyardError
 from modelyard.frontends.http import jsondata
+from modelyard.frontends.http.limits import (
+    DEFAULT_MAX_INPUT_SIZE,
+    json_input_too_large,
+    json_too_large,
+)
 from modelyard.types import (
     ELEMENT_SIZE,
     SEQUENCE_END,
@@ -187,7 +192,9 @@ def _shm_params(params: dict[str, Any]) -> dict[str, ParamValue]:
     return out
 
 
-def _parse_input(item: Any, model_name: str, binary: memoryview, offset: int) -> tuple[Tensor, int]:
+def _parse_input(
+    item: Any, model_name: str, binary: memoryview, offset: int, max_input_size: int
+) -> tuple[Tensor, int]:
     """One entry of ``inputs``; returns the tensor and the new offset into ``binary``.
 
     On the hot path: type checks are inlined rather than calling the ``as_*`` helpers.
@@ -233,11 +240,15 @@ def _parse_input(item: Any, model_name: str, binary: memoryview, offset: int) ->
     if has_shm:
         assert params is not None
         return Tensor(name, datatype, shape, parameters=_shm_params(params)), offset
-    if jsondata.element_count(shape) == 0 and datatype not in ("FP16", "BF16"):
+    count = jsondata.element_count(shape)
+    if count == 0 and datatype not in ("FP16", "BF16"):
         # Triton ignores 'data' for an empty tensor.
         dtype = np.dtype(object) if datatype == "BYTES" else _np_dtype(name, datatype)
         array = np.empty(shape, dtype=dtype)
         return Tensor(name, datatype, shape, data=array), offset
+    byte_size = count * ELEMENT_SIZE.get(datatype, 0)  # Triton checks it before the data
+    if byte_size > max_input_size:
+        raise InvalidArgument(json_input_too_large(name, byte_size, max_input_size))
     data = as_array(item["data"], "data")
     return Tensor(name, datatype, shape, data=jsondata.array_from_json(
         name, datatype, shape, data)), offset  # fmt: skip
@@ -292,18 +303,25 @@ def _parse_outputs(items: Any, plan: OutputPlan) -> list[RequestedOutput]:
 
 
 def parse_infer_request(
-    model_name: str, model_version: str, body: Body, header_length: int | None
+    model_name: str,
+    model_version: str,
+    body: Body,
+    header_length: int | None,
+    max_input_size: int = DEFAULT_MAX_INPUT_SIZE,
 ) -> tuple[InferRequest, OutputPlan]:
     """Parse an ``/infer`` body (JSON, or JSON + binary tensors).
 
     ``header_length`` is the parsed ``Inference-Header-Content-Length`` (None when absent);
-    0 (a raw binary request) is handled by :func:`raw_infer_request`.
+    0 (a raw binary request) is handled by :func:`raw_infer_request`. The JSON part and
+    each JSON-encoded input may not exceed ``max_input_size`` bytes (binary inputs may).
     """
     mv = body if isinstance(body, memoryview) else memoryview(body)
     if header_length is None or header_length == len(mv):
         header, binary = mv, mv[len(mv) :]
     else:
         header, binary = mv[:header_length], mv[header_length:]
+    if len(header) > max_input_size:
+        raise InvalidArgument(json_too_large(len(header), max_input_size))
     doc = as_object(parse_json(header))
 
     request = InferRequest(model_name, [], model_version)
@@ -322,7 +340,7 @@ def parse_infer_request(
     offset = 0
     inputs = request.inputs
     for item in as_array(doc["inputs"], "inputs"):
-        tensor, offset = _parse_input(item, model_name, binary, offset)
+        tensor, offset = _parse_input(item, model_name, binary, offset, max_input_size)
         inputs.append(tensor)
     if offset != len(binary):
         raise InvalidArgument(f"unexpected additional input data for model '{model_name}'")

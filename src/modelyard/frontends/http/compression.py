@@ -6,16 +6,30 @@ from __future__ import annotations
 import zlib
 
 from modelyard.errors import InvalidArgument, Unsupported
+from modelyard.frontends.http.limits import decompressed_too_large
 
 Body = bytes | bytearray | memoryview
 
 
-def decompress(body: Body, encoding: str) -> bytes:
-    """Inflate a gzip or zlib ("deflate") request body (auto-detected, as Triton does)."""
+def decompress(body: Body, encoding: str, limit: int) -> bytes:
+    """Inflate a gzip or zlib ("deflate") request body (auto-detected, as Triton does).
+
+    The inflated size is checked while inflating: zlib stops after ``limit + 1`` bytes, so a
+    small body that would inflate to gigabytes costs at most ``limit`` bytes of memory.
+    """
+    inflater = zlib.decompressobj(15 | 32)
     try:
-        return zlib.decompress(body, 15 | 32)
+        out = inflater.decompress(body, limit + 1)
     except zlib.error as e:
         raise InvalidArgument(f"failed to decompress the '{encoding}' request body: {e}") from None
+    if len(out) > limit:
+        raise InvalidArgument(decompressed_too_large(limit))
+    if not inflater.eof:
+        raise InvalidArgument(
+            f"failed to decompress the '{encoding}' request body: Error -5 while decompressing "
+            "data: incomplete or truncated stream"
+        )
+    return out
 
 
 class UnsupportedCompression(Unsupported):

@@ -29,3 +29,8 @@ def http_status(error: ModelyardError) -> int:
 def error_body(message: str) -> bytes:
     """``{"error": message}`` as JSON bytes."""
     return orjson.dumps({"error": message})
+
+
+def restricted_body(header: str) -> bytes:
+    """Triton's 403 body for a restricted API called without its header."""
+    return error_body(f"This API is restricted, expecting header '{header}'")

@@ -9,7 +9,6 @@ response parameters, output tensors) are written in sorted order, as Triton's st
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -148,6 +147,7 @@ async def handle_generate(
     inputs = {str(i["name"]): i for i in metadata.get("inputs", [])}
     _convert(doc, inputs, infer_request, top=True)
 
+    request.cancel_on_disconnect()  # then closing the stream below cancels the request
     stream: AsyncIterator[InferResponse] = core.infer_stream(infer_request)
     try:
         # Errors before the first response (validation) are ordinary JSON errors.
@@ -196,8 +196,9 @@ async def _stream(
 ) -> None:
     """Server-sent events, one ``data:`` event per response, as chunked body messages.
 
-    A watcher waits on ``receive()``: ``http.disconnect`` before the stream ends cancels this
-    handler wherever it waits, and the caller's ``aclose()`` cancels the core request.
+    A client that disconnects before the stream ends gets this handler cancelled by the
+    connection (``Request.cancel_on_disconnect``); the caller's ``aclose()`` then cancels the
+    core request.
     """
     status = 200
     if first is not None and first.error is not None:
@@ -205,41 +206,16 @@ async def _stream(
     send = request.send
     request.started = True
     await send({"type": "http.response.start", "status": status, "headers": _SSE_HEADERS})
-    task = asyncio.current_task()
-    watching, gone = True, False
-
-    def on_receive(fut: asyncio.Future[Any]) -> None:
-        nonlocal gone
-        if fut.cancelled() or fut.exception() is not None or not watching:
-            return
-        if fut.result().get("type") == "http.disconnect" and task is not None:
-            gone = True
-            task.cancel()
-
-    watcher = asyncio.ensure_future(request.receive())
-    watcher.add_done_callback(on_receive)
     resp = first
-    try:
-        while resp is not None:
-            if not _is_flag_only(resp, decoupled):
-                body, _ = _encode(resp)
-                await send({"type": "http.response.body", "body": b"data: " + body + b"\n\n",
-                            "more_body": True})  # fmt: skip
-            if resp.final:
-                break
-            try:
-                resp = await anext(stream)
-            except StopAsyncIteration:
-                break
-    except asyncio.CancelledError:
-        if not gone:
-            raise
-        uncancel = getattr(task, "uncancel", None)  # Python 3.11+
-        if uncancel is not None:
-            uncancel()
-        return  # the client went away; closing the stream cancels the request
-    finally:
-        # The response is about to complete, which also wakes receive(): stop watching first.
-        watching = False
-        watcher.cancel()
+    while resp is not None:
+        if not _is_flag_only(resp, decoupled):
+            body, _ = _encode(resp)
+            await send({"type": "http.response.body", "body": b"data: " + body + b"\n\n",
+                        "more_body": True})  # fmt: skip
+        if resp.final:
+            break
+        try:
+            resp = await anext(stream)
+        except StopAsyncIteration:
+            break
     await send({"type": "http.response.body", "body": b""})

@@ -2,6 +2,9 @@
 
 Order of checks follows Triton's HandleInfer: model and transaction policy first (404 for an
 unknown model, 501 for a decoupled one), then body decompression, header length, parsing.
+``max_input_size`` (``--http-max-input-size``) bounds the inflated body, the JSON part and a
+raw binary body, with Triton's messages. A client that disconnects while its request waits
+or runs cancels it.
 """
 
 from __future__ import annotations
@@ -9,9 +12,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from modelyard.errors import Unsupported
+from modelyard.errors import InvalidArgument, Unsupported
 from modelyard.frontends.http import codec, compression
 from modelyard.frontends.http.classify import classify, output_labels
+from modelyard.frontends.http.limits import raw_input_too_large
 from modelyard.frontends.http.util import JSON_HEADERS, Buffer, Request, Response, read_body
 from modelyard.types import InferRequest, InferResponse, config_datatype
 
@@ -30,7 +34,7 @@ _HEADER_LENGTH = b"inference-header-content-length"
 
 
 async def handle_infer(
-    core: InferenceServer, request: Request, model: str, version: str
+    core: InferenceServer, request: Request, model: str, version: str, max_input_size: int
 ) -> Response:
     if core.is_decoupled(model, version):
         raise Unsupported(_DECOUPLED)
@@ -42,21 +46,26 @@ async def handle_infer(
             encoding_value = value
         elif name == b"accept-encoding":
             accept = value
+    request.cancel_on_disconnect()  # from here on, a client that goes away cancels
     body: Buffer = await read_body(request)
     if encoding_value is not None:
         encoding = compression.request_encoding(encoding_value.decode("latin-1"))
         if encoding != "identity":
-            body = await _run(compression.decompress, body, encoding, size=len(body))
+            body = await _run(
+                compression.decompress, body, encoding, max_input_size, size=len(body)
+            )
     header_length = (
         None
         if header_value is None
         else codec.header_length_of(header_value.decode("latin-1"), len(body))
     )
     if header_length == 0:
+        if len(body) > max_input_size:
+            raise InvalidArgument(raw_input_too_large(len(body), max_input_size))
         infer_request, plan = _raw_request(core, model, version, body)
     else:
         infer_request, plan = codec.parse_infer_request(
-            model, version, memoryview(body), header_length
+            model, version, memoryview(body), header_length, max_input_size
         )
 
     response = await core.infer(infer_request)

@@ -8,23 +8,36 @@ Unmatched paths get ``404 {"error":"Not Found"}``, a wrong method
 ``405 {"error":"Method Not Allowed"}``. Path segments arrive percent-encoded (clients
 ``quote()`` model and region names) and are decoded after matching. Query strings are
 ignored.
+
+Restricted APIs (``--http-restricted-api``) are checked as Triton checks them: once a path
+matches an endpoint, before its method, ``403 {"error":"This API is restricted, expecting
+header '<key>'"}`` unless the request carries the header (any case) with the exact value.
+Each endpoint's group is the one Triton's handler for it checks.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from modelyard.errors import ModelyardError, Unsupported
+from modelyard.frontends import restricted as groups
 from modelyard.frontends.http import handlers
 from modelyard.frontends.http.asgiserver import AsgiServer, serve_asgi
 from modelyard.frontends.http.compression import UnsupportedCompression
-from modelyard.frontends.http.errors import METHOD_NOT_ALLOWED_BODY, NOT_FOUND_BODY
+from modelyard.frontends.http.errors import (
+    METHOD_NOT_ALLOWED_BODY,
+    NOT_FOUND_BODY,
+    restricted_body,
+)
 from modelyard.frontends.http.generate import handle_generate
 from modelyard.frontends.http.infer import handle_infer
+from modelyard.frontends.http.limits import HttpLimits
 from modelyard.frontends.http.util import (
     TEXT_HEADERS,
     ClientGone,
@@ -51,12 +64,20 @@ _SYSTEM_SHM_RE = re.compile(
     r"/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
 )
 _CUDA_SHM_RE = re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
-# Both shared-memory extensions route alike: prefix, path pattern, handler.
+# Both shared-memory extensions route alike (and are one restricted group): prefix, path
+# pattern, handler.
 _SHM_ROUTES = (
     ("/v2/systemsharedmemory/", _SYSTEM_SHM_RE, handlers.system_shm),
     ("/v2/cudasharedmemory/", _CUDA_SHM_RE, handlers.cuda_shm),
 )
 _REPOSITORY_RE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
+
+# The restricted group of each model endpoint (the regex's third group).
+_MODEL_GROUPS = {
+    None: groups.METADATA, "infer": groups.INFERENCE, "generate": groups.INFERENCE,
+    "generate_stream": groups.INFERENCE, "ready": groups.HEALTH, "config": groups.MODEL_CONFIG,
+    "stats": groups.STATISTICS, "trace/setting": groups.TRACE,
+}  # fmt: skip
 
 _MODELS = "/v2/models/"
 _INFER = "/infer"
@@ -74,15 +95,41 @@ def _segment(raw: str | None) -> str:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+# Endpoints without path parameters: path -> (allowed methods, handler, restricted group).
+Fixed = tuple[tuple[str, ...], Handler, str]
+
+
+class _Guard:
+    """The restricted groups: group -> (lower-case header name, expected value, 403)."""
+
+    def __init__(self, restrictions: groups.Restrictions):
+        self.groups: dict[str, tuple[bytes, bytes, Response]] = {}
+        for group, r in restrictions.groups.items():
+            denied = Response(restricted_body(r.header), 403, TEXT_HEADERS)
+            self.groups[group] = (r.header.lower().encode("latin-1"), os.fsencode(r.value), denied)
+
+    def check(self, request: Request, group: str) -> Response | None:
+        """None when ``group`` is open to the request; otherwise Triton's 403."""
+        rule = self.groups.get(group)
+        if rule is None:
+            return None
+        name, value, denied = rule
+        for key, given in request.scope["headers"]:
+            if key == name:  # the first one counts, as in libevhtp's lookup
+                return None if given == value else denied
+        return denied
 
 
 class _Router:
     """The ASGI application: ``await router(scope, receive, send)``."""
 
-    def __init__(self, core: InferenceServer):
+    def __init__(
+        self, core: InferenceServer, limits: HttpLimits | None = None, guard: _Guard | None = None
+    ):
         self.core = core
-        # Endpoints without path parameters: path -> (allowed methods, handler).
-        self.fixed: dict[str, tuple[tuple[str, ...], Handler]] = self._fixed_routes()
+        self.limits = limits or HttpLimits()
+        self.guard = guard
+        self.fixed: dict[str, Fixed] = self._fixed_routes()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # no lifespan, no websockets
@@ -100,16 +147,25 @@ class _Router:
             if path.endswith(_INFER) and path.startswith(_MODELS):
                 model = path[len(_MODELS) : -len(_INFER)]
                 if model and "/" not in model:
-                    if method != "POST":
+                    denied = self.guard.check(request, groups.INFERENCE) if self.guard else None
+                    if denied is not None:
+                        response = denied
+                    elif method != "POST":
                         response = _NOT_ALLOWED
                     else:
-                        response = await handle_infer(self.core, request, _segment(model), "")
+                        response = await handle_infer(
+                            self.core, request, _segment(model), "", self.limits.max_input_size
+                        )
                 else:
                     response = await self._route(request, path, method)
             else:
                 response = await self._route(request, path, method)
         except ClientGone:
             return
+        except asyncio.CancelledError:
+            if request.client_gone():
+                return  # the connection cancelled the handler: there is no one to answer
+            raise
         except Exception as e:
             if request.started:
                 raise  # mid-stream: the server closes the connection
@@ -117,7 +173,7 @@ class _Router:
         if response is not None:
             await response.send(send)
 
-    def _fixed_routes(self) -> dict[str, tuple[tuple[str, ...], Handler]]:
+    def _fixed_routes(self) -> dict[str, Fixed]:
         core = self.core
 
         def sync(fn: Callable[[], Response]) -> Handler:
@@ -133,33 +189,52 @@ class _Router:
             return lambda request: handlers.cuda_shm(core, request, "", action)
 
         get, post, both = ("GET",), ("POST",), ("GET", "POST")
+        shm, repo = groups.SHARED_MEMORY, groups.MODEL_REPOSITORY
         return {
-            "/v2": (get, sync(lambda: handlers.server_metadata(core))),
-            "/v2/health/live": (get, lambda _: handlers.health(core, "live")),
-            "/v2/health/ready": (get, lambda _: handlers.health(core, "ready")),
-            "/v2/models/stats": (get, sync(lambda: handlers.statistics(core, "", ""))),
-            "/v2/logging": (both, lambda request: handlers.logging_settings(core, request)),
-            "/v2/trace/setting": (both, lambda request: handlers.trace_settings(core, request)),
-            "/v2/repository/index": (post, lambda r: handlers.repository_index(core, r)),
-            "/v2/systemsharedmemory/status": (get, system_shm("status")),
-            "/v2/systemsharedmemory/register": (post, system_shm("register")),
-            "/v2/systemsharedmemory/unregister": (post, system_shm("unregister")),
-            "/v2/cudasharedmemory/status": (get, cuda_shm("status")),
-            "/v2/cudasharedmemory/register": (post, cuda_shm("register")),
-            "/v2/cudasharedmemory/unregister": (post, cuda_shm("unregister")),
+            "/v2": (get, sync(lambda: handlers.server_metadata(core)), groups.METADATA),
+            "/v2/health/live": (get, lambda _: handlers.health(core, "live"), groups.HEALTH),
+            "/v2/health/ready": (get, lambda _: handlers.health(core, "ready"), groups.HEALTH),
+            "/v2/models/stats": (
+                get,
+                sync(lambda: handlers.statistics(core, "", "")),
+                groups.STATISTICS,
+            ),
+            "/v2/logging": (
+                both,
+                lambda request: handlers.logging_settings(core, request),
+                groups.LOGGING,
+            ),
+            "/v2/trace/setting": (
+                both,
+                lambda request: handlers.trace_settings(core, request),
+                groups.TRACE,
+            ),
+            "/v2/repository/index": (post, lambda r: handlers.repository_index(core, r), repo),
+            "/v2/systemsharedmemory/status": (get, system_shm("status"), shm),
+            "/v2/systemsharedmemory/register": (post, system_shm("register"), shm),
+            "/v2/systemsharedmemory/unregister": (post, system_shm("unregister"), shm),
+            "/v2/cudasharedmemory/status": (get, cuda_shm("status"), shm),
+            "/v2/cudasharedmemory/register": (post, cuda_shm("register"), shm),
+            "/v2/cudasharedmemory/unregister": (post, cuda_shm("unregister"), shm),
         }
 
     async def _route(self, request: Request, path: str, method: str) -> Response | None:
+        guard = self.guard
         fixed = self.fixed.get(path)
         if fixed is not None:
-            methods, handler = fixed
+            methods, handler, group = fixed
+            if guard and (denied := guard.check(request, group)):
+                return denied
             if method not in methods:
                 return _NOT_ALLOWED
             return await handler(request)
         core = self.core
         if path.startswith(_MODELS):
             m = _MODEL_RE.fullmatch(path)
-            if m is not None:
+            # Triton has no versioned trace endpoint: that path matches nothing.
+            if m is not None and not (m.group(3) == "trace/setting" and m.group(2)):
+                if guard and (denied := guard.check(request, _MODEL_GROUPS[m.group(3)])):
+                    return denied
                 return await self._model(request, method, m)
             return _NOT_FOUND
         for prefix, regex, shm_handler in _SHM_ROUTES:
@@ -167,6 +242,8 @@ class _Router:
                 m = regex.fullmatch(path)
                 if m is None:
                     return _NOT_FOUND
+                if guard and (denied := guard.check(request, groups.SHARED_MEMORY)):
+                    return denied
                 action = m.group(2)
                 if method != ("GET" if action == "status" else "POST"):
                     return _NOT_ALLOWED
@@ -174,6 +251,8 @@ class _Router:
         if path.startswith("/v2/repository/"):
             m = _REPOSITORY_RE.fullmatch(path)
             if m is not None:
+                if guard and (denied := guard.check(request, groups.MODEL_REPOSITORY)):
+                    return denied
                 return await self._repository(request, method, m)
         return _NOT_FOUND
 
@@ -185,7 +264,7 @@ class _Router:
         if kind == "infer":
             if method != "POST":
                 return _NOT_ALLOWED
-            return await handle_infer(core, request, model, version)
+            return await handle_infer(core, request, model, version, self.limits.max_input_size)
         if kind is None:
             if method != "GET":
                 return _NOT_ALLOWED
@@ -247,8 +326,16 @@ class HttpServer:
         await self._server.close(grace)
 
 
-async def start_http_server(core: InferenceServer, host: str, port: int) -> HttpServer:
+async def start_http_server(
+    core: InferenceServer,
+    host: str,
+    port: int,
+    limits: HttpLimits | None = None,
+    restrictions: groups.Restrictions | None = None,
+) -> HttpServer:
     """Bind and serve; logs ``Started HTTPService at {host}:{port}`` once bound."""
-    server = await serve_asgi(_Router(core), host, port)
+    limits = limits or HttpLimits()
+    guard = _Guard(restrictions) if restrictions else None
+    server = await serve_asgi(_Router(core, limits, guard), host, port, limits)
     log.info("Started HTTPService at %s:%d", host, server.port)
     return HttpServer(server, host)

@@ -7,6 +7,7 @@ Headers are ASGI's: lower-case byte names and byte values. A response is sent as
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
@@ -21,6 +22,11 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 Buffer = bytes | bytearray | memoryview
+
+# Scope keys shared with the connection (connection.py): the task to cancel when the client
+# disconnects, and the mark that it was cancelled for that reason.
+CANCEL_TASK_KEY = "modelyard.cancel_on_disconnect"
+CLIENT_GONE_KEY = "modelyard.client_gone"
 
 JSON_HEADERS: Headers = [(b"content-type", b"application/json")]
 TEXT_HEADERS: Headers = [(b"content-type", b"text/plain")]
@@ -42,6 +48,15 @@ class Request:
         self.method: str = scope["method"]
         self.started = False  # set once a handler has sent http.response.start itself
         self._headers: dict[bytes, bytes] | None = None
+
+    def cancel_on_disconnect(self) -> None:
+        """Cancel the running handler if the client disconnects before its response is
+        complete (for inference: the core then cancels the request, queued or running)."""
+        self.scope[CANCEL_TASK_KEY] = asyncio.current_task()
+
+    def client_gone(self) -> bool:
+        """True once the handler was cancelled because its client disconnected."""
+        return bool(self.scope.get(CLIENT_GONE_KEY))
 
     def header(self, name: bytes) -> str | None:
         """A request header's value (``name`` lower-case), or None."""
