@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -125,9 +124,6 @@ class CoreHandlers(WorkerHandlers):
     def __init__(self, core: InferenceServer):
         self.core = core
         self._tasks: set[asyncio.Task[None]] = set()
-
-    def on_log(self, level: int, message: str, filename: str, line: int, instance: str) -> None:
-        log.log(level, "%s:%d] %s", os.path.basename(filename), line, message)
 
     def on_bls(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
         spec, decoupled = payload

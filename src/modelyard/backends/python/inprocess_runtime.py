@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import triton_python_backend_utils as pb
+from modelyard import logs
 from modelyard.backends.base import RequestContext
 from modelyard.core.bls import link_to_parents
 from modelyard.core.validation import validate
@@ -203,10 +204,7 @@ class InProcessRuntime:
     # the rest of pb_utils.Runtime ---------------------------------------------------------
 
     def log(self, level: int, message: str, filename: str, line: int) -> None:
-        py_level = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}.get(
-            level, logging.INFO
-        )
-        log.log(py_level, "%s:%d] %s", os.path.basename(filename), line, message)
+        logs.model_line(level, message, filename, line)
 
     def _control(self, coro: Any) -> Any:
         if on_loop(self.loop):

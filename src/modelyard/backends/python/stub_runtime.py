@@ -184,7 +184,12 @@ class StubRuntime:
     # -- pb_utils.Runtime ----------------------------------------------------------------------
 
     def log(self, level: int, message: str, filename: str, line: int) -> None:
-        self.stub.send(ipc.LOG, level, message, filename, line)
+        try:
+            self.stub.send(ipc.LOG, level, message, filename, line)
+        except OSError:  # the server is gone (e.g. a model thread logging during shutdown)
+            from triton_python_backend_utils._runtime import print_log
+
+            print_log(level, message, filename, line)
 
     def model_dir(self) -> str:
         import os

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from modelyard import logs
 from modelyard.backends.base import Instance, RequestContext
 from modelyard.backends.python import client_regions, ipc, packing, release, shm
 from modelyard.core import shared_memory
@@ -54,7 +55,7 @@ class WorkerHandlers:
     """Hooks a worker calls back into the server for (BLS, logging, model control)."""
 
     def on_log(self, level: int, message: str, filename: str, line: int, instance: str) -> None:
-        log.log(level, "%s:%d] %s", os.path.basename(filename), line, message)
+        logs.model_line(level, message, filename, line)
 
     def on_bls(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
         worker.send_bls_error(call_id, "BLS is not available in this server build", "UNSUPPORTED")
