@@ -365,6 +365,8 @@ class InferenceServer:
         out: list[dict[str, Any]] = []
         for name in sorted(set(self.registry.locations) | set(self.registry.entries)):
             entry = self.registry.entries.get(name)
+            if entry is not None and entry.idle and name not in self.registry.locations:
+                continue  # as in Triton: its folder is gone (poll removals, deleted after unload)
             if entry is None or (not entry.versions and entry.state == ""):
                 if not ready_only:
                     error = self.registry.errors.get(name)  # e.g. in two repositories
@@ -402,9 +404,9 @@ class InferenceServer:
 
         validate_model_name(name)
         if files and not config:
-            from modelyard.core.file_override import CONFIG_REQUIRED
+            from modelyard.core.file_override import CONFIG_REQUIRED, load_failed
 
-            raise InvalidArgument(CONFIG_REQUIRED)
+            raise load_failed(name, CONFIG_REQUIRED)
         override = None
         if config:
             from modelyard.config.pbtxt import config_from_json

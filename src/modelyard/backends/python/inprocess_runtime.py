@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import triton_python_backend_utils as pb
 from modelyard import logs
 from modelyard.backends.base import RequestContext
+from modelyard.backends.python import ipc
 from modelyard.core.bls import link_to_parents
 from modelyard.core.validation import validate
 from modelyard.errors import InternalError, ModelyardError
@@ -206,19 +207,23 @@ class InProcessRuntime:
     def log(self, level: int, message: str, filename: str, line: int) -> None:
         logs.model_line(level, message, filename, line)
 
-    def _control(self, coro: Any) -> Any:
+    def _control(self, op: str, coro: Any) -> Any:
         if on_loop(self.loop):
+            coro.close()
             raise pb.TritonModelException("model control from the event loop thread would block it")
         try:
             return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=600)
         except ModelyardError as e:
-            raise pb.TritonModelException(e.message) from None
+            instance = self.instance.name if self.instance is not None else ""
+            raise pb.TritonModelException(ipc.control_error_text(op, instance, e.message)) from None
 
     def load_model(self, name: str, config: str, files: dict[str, bytes] | None) -> None:
-        self._control(self.core.load_model(name, config or None, files or None, from_model=True))
+        self._control(
+            "load", self.core.load_model(name, config or None, files or None, from_model=True)
+        )
 
     def unload_model(self, name: str, unload_dependents: bool) -> None:
-        self._control(self.core.unload_model(name, unload_dependents, from_model=True))
+        self._control("unload", self.core.unload_model(name, unload_dependents, from_model=True))
 
     def is_model_ready(self, name: str, version: str) -> bool:
         return self.core.model_ready(name, version)

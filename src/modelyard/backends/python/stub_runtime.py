@@ -221,7 +221,8 @@ class StubRuntime:
     def _control(self, op: str, *args: Any) -> Any:
         ok, payload = self.bls.control(op, args)
         if not ok:
-            raise self.pb.TritonModelException(payload)
+            text = ipc.control_error_text(op, self.spec["instance_name"], payload)
+            raise self.pb.TritonModelException(text)
         return payload
 
     def load_model(self, name: str, config: str, files: dict[str, bytes] | None) -> None:
