@@ -189,6 +189,8 @@ class CoreHandlers(WorkerHandlers):
         )  # fmt: skip
 
     def _payload(self, worker: PythonWorker, resp: InferResponse) -> Any:
+        if resp.flag_only:
+            return None
         if resp.error is not None:
             return ("err", resp.error.message, resp.error.code.value)
         outputs = [worker.pack_tensor(t) for t in resp.outputs]

@@ -81,6 +81,8 @@ class InProcessRuntime:
                 resp.error.message, _CODES.get(resp.error.code.value, 1)
             )
             return pb.InferenceResponse._from_server([], err)
+        if resp.flag_only:
+            return pb.InferenceResponse._from_server([], flag_only=True)
         tensors = [pb.Tensor._from_server(t.name, tensor_data(t)) for t in resp.outputs]
         return pb.InferenceResponse._from_server(tensors, None, resp.parameters or None)
 

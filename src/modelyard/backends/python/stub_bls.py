@@ -90,8 +90,8 @@ class BlsClient:
 
     def _response(self, payload: Any) -> Any:
         pb = self.rt.pb
-        if payload is None:
-            return pb.InferenceResponse._from_server([])
+        if payload is None:  # a flag-only final
+            return pb.InferenceResponse._from_server([], flag_only=True)
         if payload[0] == "err":
             error = pb.TritonError._from_server(payload[1], _CODES.get(payload[2], 1))
             return pb.InferenceResponse._from_server([], error)
