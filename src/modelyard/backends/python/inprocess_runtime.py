@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import triton_python_backend_utils as pb
@@ -150,16 +150,24 @@ class InProcessRuntime:
         finally:
             sched.release_claimed(target)
 
-    def _start(self, request: Any, decoupled: bool, sink: Any, chain: frozenset[str],
-               caller: str = "", parents: tuple[RequestContext, ...] = ()) -> None:  # fmt: skip
-        """On the loop thread: run the BLS request; ``sink((pb_response, final))`` per reply."""
+    def _start(
+        self,
+        request: Any,
+        decoupled: bool,
+        sink: Any,
+        chain: frozenset[str],
+        caller: str = "",
+        parents: tuple[RequestContext, ...] = (),
+    ) -> Callable[[], None]:
+        """On the loop thread: run the BLS request; ``sink((pb_response, final))`` per reply.
+        Returns the function that cancels it (on the loop thread)."""
         from modelyard.core.bls import start_bls
 
         def emit(resp: InferResponse, final: bool) -> None:
             sink((self._pb_response(resp), final))
 
-        start_bls(self.core, self._core_request(request), decoupled, chain, emit, caller,
-                  parents)  # fmt: skip
+        core_request = self._core_request(request)
+        return start_bls(self.core, core_request, decoupled, chain, emit, caller, parents)
 
     def exec(self, request: Any, decoupled: bool) -> Any:
         if on_loop(self.loop):
@@ -175,12 +183,17 @@ class InProcessRuntime:
 
         replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
         caller = getattr(TLS, "instance", "")
-        self.loop.call_soon_threadsafe(
-            self._start, request, decoupled, replies.put, self._chain, caller, PARENTS.get()
-        )
+        cancels: list[Callable[[], None]] = []
+        args = (request, decoupled, replies.put, self._chain, caller, PARENTS.get())
+        self.loop.call_soon_threadsafe(lambda: cancels.append(self._start(*args)))
         if not decoupled:
             return replies.get()[0]
-        return _drain(replies)
+
+        # (a cancel is queued on the loop after the start, so the start has run by then)
+        def cancel() -> None:
+            self.loop.call_soon_threadsafe(lambda: cancels[0]())
+
+        return Stream(replies, cancel)
 
     def async_exec(self, request: Any, decoupled: bool) -> Any:
         return self._async_exec(request, decoupled)
@@ -196,13 +209,14 @@ class InProcessRuntime:
             if item[1] and not done.done():
                 done.set_result(None)
 
-        self._start(request, decoupled, sink, frozenset(), "", PARENTS.get())
+        cancel = self._start(request, decoupled, sink, frozenset(), "", PARENTS.get())
         # Triton models iterate the awaited value with a plain `for` on this very loop, which
-        # could never deliver later responses: wait for the final one, then hand them over.
+        # could never deliver later responses: wait for the final one, then hand them over
+        # (so a cancel() of that iterator finds the call ended: nothing left to cancel).
         await done
         if not decoupled:
             return replies.get()[0]
-        return _drain(replies)
+        return Stream(replies, cancel)
 
     # the rest of pb_utils.Runtime ---------------------------------------------------------
 
@@ -252,9 +266,25 @@ def on_loop(loop: asyncio.AbstractEventLoop) -> bool:
     return asyncio.events._get_running_loop() is loop
 
 
-def _drain(replies: Any) -> Iterator[Any]:
-    while True:
-        resp, final = replies.get()
-        yield resp
-        if final:
-            return
+class Stream:
+    """The responses of a decoupled BLS call; ``cancel()`` cancels the call (Triton 25.04:
+    the callee sees ``is_cancelled()``; the stream still ends with its final response)."""
+
+    def __init__(self, replies: Any, cancel: Callable[[], None]) -> None:
+        self._replies = replies
+        self._cancel = cancel
+        self._ended = False
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        resp, final = self._replies.get()
+        self._ended = final
+        return resp
+
+    def cancel(self) -> None:
+        if not self._ended:
+            self._cancel()

@@ -39,6 +39,7 @@ ASYNC_ACCEPTED = "async-accepted"  # execute's RESULT when the model's coroutine
 SEND = "send"  # a response-sender response: (kind, request_key, payload, flags)
 LOG = "log"
 BLS = "bls"
+BLS_CANCEL = "bls-cancel"  # (kind, call_id): ResponseIterator.cancel() of a decoupled BLS call
 CONTROL = "control"  # load_model / unload_model / is_model_ready from a model
 
 

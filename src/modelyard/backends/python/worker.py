@@ -60,6 +60,9 @@ class WorkerHandlers:
     def on_bls(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
         worker.send_bls_error(call_id, "BLS is not available in this server build", "UNSUPPORTED")
 
+    def on_bls_cancel(self, worker: PythonWorker, call_id: int) -> None:
+        """The model cancelled its decoupled BLS call ``call_id`` (ResponseIterator.cancel())."""
+
     def on_control(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
         worker.send(
             ipc.CONTROL_RESULT, call_id, False, ("UNSUPPORTED", "model control is not available")
@@ -263,6 +266,8 @@ class PythonWorker(Instance):
             self.handlers.on_log(msg[1], msg[2], msg[3], msg[4], self.name)
         elif kind == ipc.BLS:
             self.handlers.on_bls(self, msg[1], msg[2])
+        elif kind == ipc.BLS_CANCEL:
+            self.handlers.on_bls_cancel(self, msg[1])
         elif kind == ipc.CONTROL:
             self.handlers.on_control(self, msg[1], msg[2])
 
