@@ -4,7 +4,8 @@ A load request may carry model files (``file:<version>/<name>`` -> bytes) with a
 override. As in Triton, the model is then loaded from a fresh temporary folder holding only
 those files (never the repository), so a client can create a model that has no folder in
 the repository. Paths come from clients, so each one is checked before anything is written:
-relative, no ``..`` component, no empty name, no backslash or NUL, and the file must land
+relative to the folder (a leading ``/`` names its root, as in Triton), no ``..`` component,
+no empty name, no backslash or NUL, and the file must land
 inside the private folder (``O_NOFOLLOW``, ``O_EXCL`` and a resolved-path check guard against
 symlinks). Anything else fails the load with Triton's status for a model whose files cannot
 be read (INTERNAL, ``failed to load '<m>', failed to poll from model repository``), followed
@@ -43,11 +44,10 @@ def check_path(key: str) -> PurePosixPath:
         why = "the path is empty"
     elif "\0" in raw or "\\" in raw:
         why = "the path contains a NUL or backslash character"
-    elif raw.startswith("/"):
-        why = "absolute paths are not allowed"
     elif raw.endswith("/"):
         why = "the path names a folder, not a file"
     else:
+        # A leading "/" names the override folder's root, as in Triton ("file:/1/model.py").
         parts = [p for p in raw.split("/") if p not in ("", ".")]
         if ".." in parts:
             why = "'..' is not allowed in the path"

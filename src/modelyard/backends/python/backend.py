@@ -10,7 +10,7 @@ from typing import Any
 from modelyard.backends.base import Instance
 from modelyard.backends.python.worker import PythonWorker, WorkerHandlers, WorkerSpec
 from modelyard.config.render import config_to_json
-from modelyard.errors import ConfigError
+from modelyard.errors import ConfigError, ErrorCode, VersionLoadError
 
 
 @dataclass
@@ -42,6 +42,19 @@ class PythonBackendOptions:
 
 
 MODES = ("process", "in-process")
+
+# Triton 25.09+ refuses to start a Python stub whose name (the model's name for auto-complete,
+# else the instance's) holds any of these shell metacharacters (python_backend INVALID_CHARS).
+STUB_NAME_INVALID_CHARS = frozenset(";|&$`<>()[]{}\\\"'*?~#!")
+
+
+def check_stub_name(name: str, version: int) -> None:
+    """Refuse a model or instance name as Triton refuses it (in both execution modes, so a
+    repository that loads here loads on Triton too)."""
+    if not name or STUB_NAME_INVALID_CHARS.intersection(name):
+        raise VersionLoadError(
+            version, "Invalid stub name: contains invalid characters", ErrorCode.INVALID_ARG
+        )
 
 
 def _check_mode(mode: str, where: str) -> str:
@@ -112,6 +125,7 @@ async def run_auto_complete(
         config_to_autocomplete_dict,
     )
 
+    check_stub_name(cfg.name, version)
     spec = _spec(cfg, model_dir, version, f"{cfg.name}_autocomplete", "CPU", opts, "{}")
     if execution_mode(cfg, opts) == "in-process":
         from modelyard.backends.python.isolation import auto_complete_in_process
@@ -143,6 +157,7 @@ def create_instances(
         kind = {1: "GPU", 2: "CPU", 3: "MODEL"}.get(int(group.kind), "CPU")
         for i in range(max(1, int(group.count))):
             name = f"{group.name}_{i}"
+            check_stub_name(name, version)
             spec = _spec(cfg, model_dir, version, name, kind, opts, config_json)
             if mode == "in-process":
                 from modelyard.backends.python.inprocess import InProcessInstance
