@@ -22,6 +22,7 @@ from typing import Any
 from modelyard import logs
 from modelyard.backends.base import Instance, RequestContext
 from modelyard.backends.python import client_regions, ipc, packing, release, shm
+from modelyard.backends.python.exec_env import ExecEnv
 from modelyard.core import shared_memory
 from modelyard.errors import ErrorCode, InternalError, ModelyardError
 from modelyard.types import InferResponse, Tensor
@@ -49,6 +50,7 @@ class WorkerSpec:
     start_timeout: float = 30.0
     init_timeout: float = 600.0
     pipeline: bool = True  # may hold one staged batch behind the running one
+    exec_env: ExecEnv | None = None  # EXECUTION_ENV_PATH: run in that environment
 
 
 class WorkerHandlers:
@@ -119,12 +121,17 @@ class PythonWorker(Instance):
         # up (when the loop was busy meanwhile), and must not be dropped then.
         self._calls[0] = self._loop.create_future()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        args = (str(child.fileno()), self._prefix + "-w")
+        env = self.spec.exec_env
+        if env is not None:
+            command, environ = env.command(*args), env.environ
+        else:
+            command = [self.spec.python, "-m", "modelyard.backends.python.stub", *args]
+            environ = _worker_env()
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                self.spec.python, "-m", "modelyard.backends.python.stub", str(child.fileno()),
-                self._prefix + "-w", pass_fds=(child.fileno(),),
-                env=_worker_env(),
-            )  # fmt: skip
+                *command, pass_fds=(child.fileno(),), env=environ
+            )
         finally:
             child.close()
         _, proto = await self._loop.create_unix_connection(
