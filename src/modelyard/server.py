@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any
 
+from modelyard import logs
 from modelyard.cli.frontend_flags import FrontendOptions, frontend_options
 from modelyard.cli.main import parse_backend_config
 from modelyard.core.lifecycle import LoadOptions
@@ -51,15 +52,21 @@ def _cache_bytes(items: list[str]) -> int:
         raise SystemExit(str(e)) from None
 
 
-def _setup_logging(verbose: int) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("%(levelname).1s%(asctime)s %(message)s", "%m%d %H:%M:%S")
+def _setup_logging(args: argparse.Namespace) -> None:
+    if args.log_verbose < 0:
+        raise SystemExit(f"--log-verbose must be 0 or more, got {args.log_verbose}")
+    config = logs.LogConfig(
+        log_file=args.log_file,
+        log_info=args.log_info,
+        log_warning=args.log_warning,
+        log_error=args.log_error,
+        log_verbose_level=args.log_verbose,
+        log_format=args.log_format,
     )
-    root = logging.getLogger("modelyard")
-    root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    root.propagate = False
+    try:
+        logs.configure(config)
+    except OSError as e:
+        raise SystemExit(f"--log-file: cannot open '{args.log_file}': {e.strerror}") from None
 
 
 async def run_server(args: argparse.Namespace, fe: FrontendOptions) -> int:
@@ -141,7 +148,7 @@ async def _close(frontend: Any, grace: float) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    _setup_logging(args.log_verbose)
+    _setup_logging(args)
     if args.heap_retain_mb < 0:
         raise SystemExit(f"--heap-retain-mb must be 0 or more, got {args.heap_retain_mb}")
     retain_freed_memory(args.heap_retain_mb << 20)

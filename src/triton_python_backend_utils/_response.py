@@ -109,13 +109,15 @@ class InferenceResponse:
         output_tensors: list[Tensor],
         error: TritonError | None = None,
         parameters: dict[str, Any] | None = None,
+        flag_only: bool = False,
     ) -> InferenceResponse:
-        """Server-side constructor (e.g. BLS results): no checks, nothing copied."""
+        """Server-side constructor (e.g. BLS results): no checks, nothing copied. As in
+        Triton, an error response and a flag-only final have "" as ``parameters()``."""
         r = cls.__new__(cls)
         r._output_tensors = output_tensors
         r._error = error
         r._params = parameters
-        r._params_json = None
+        r._params_json = "" if error is not None or flag_only else None
         r._compact = True
         return r
 
@@ -129,7 +131,8 @@ class InferenceResponse:
         return self._error
 
     def parameters(self) -> str:
-        """The response parameters as JSON text ("{}" when there are none)."""
+        """The response parameters as JSON text ("{}" when there are none; "" for a BLS
+        error response or flag-only final)."""
         text = self._params_json
         if text is None:
             text = self._params_json = params_json(self._params, self._compact)

@@ -1,6 +1,7 @@
 """``file:`` overrides in load requests: the path rules (unit) and loads through the real
 HTTP and gRPC clients: a model with no folder in the repository, a private temporary folder
-that goes away on unload, and every escaping path refused with INVALID_ARG."""
+that goes away on unload, and every escaping path refused with Triton's status for a load
+whose files cannot be had (INTERNAL, ``failed to load '<m>'``), nothing written."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from modelyard.core import file_override
-from modelyard.errors import InvalidArgument
+from modelyard.errors import ErrorCode, ModelyardError
 from tests.core.modelfiles import config_json, infer_grpc, infer_http, model_source, write_model
 from tests.serverproc import ServerProcess, start_server
 
 pytestmark = pytest.mark.timeout(120)
 
-BAD_PATHS = ["file:../x.py", "file:/tmp/abs.py", "file:1/../../x.py", "file:a/../b.py",
+PREFIX = "failed to load 'esc', failed to poll from model repository"
+BAD_PATHS = ["file:../x.py", "file:/../abs.py", "file:1/../../x.py", "file:a/../b.py",
              "file:", "file:1/", "file:.", "file:1\\x.py", "file:1/\0.py"]  # fmt: skip
 
 
@@ -30,14 +32,22 @@ BAD_PATHS = ["file:../x.py", "file:/tmp/abs.py", "file:1/../../x.py", "file:a/..
 
 @pytest.mark.parametrize("key", BAD_PATHS)
 def test_escaping_paths_are_refused(key: str) -> None:
-    with pytest.raises(InvalidArgument, match="invalid file override path"):
+    with pytest.raises(file_override.OverrideError, match="invalid file override path"):
         file_override.check_path(key)
+    with pytest.raises(ModelyardError) as e:
+        file_override.materialise("m", {key: b"x"})
+    assert e.value.code == ErrorCode.INTERNAL
+    assert e.value.message.startswith(
+        "failed to load 'm', failed to poll from model repository: invalid file override path"
+    )
 
 
 def test_plain_paths_are_accepted_and_normalised() -> None:
     assert str(file_override.check_path("file:1/model.py")) == "1/model.py"
     assert str(file_override.check_path("./1//model.py")) == "1/model.py"
-    with pytest.raises(InvalidArgument, match="more than once"):
+    # A leading "/" is the override folder's root, as in Triton (its own tests send these).
+    assert str(file_override.check_path("file:/1/model.py")) == "1/model.py"
+    with pytest.raises(file_override.OverrideError, match="more than once"):
         file_override.check_files({"file:1/m.py": b"", "file:./1/m.py": b""})
 
 
@@ -58,11 +68,11 @@ def test_a_symlink_inside_the_folder_cannot_lead_out(tmp_path: Path) -> None:
     base = tmp_path / "base"
     base.mkdir()
     (base / "1").symlink_to(outside)
-    with pytest.raises(InvalidArgument, match="leaves the model folder"):
+    with pytest.raises(file_override.OverrideError, match="leaves the model folder"):
         file_override._write(os.path.realpath(base), file_override.check_path("1/model.py"), b"x")
     (base / "2").mkdir()
     (base / "2" / "model.py").symlink_to(outside / "target.py")
-    with pytest.raises(InvalidArgument, match="failed to write file override"):
+    with pytest.raises(file_override.OverrideError, match="failed to write file override"):
         file_override._write(os.path.realpath(base), file_override.check_path("2/model.py"), b"x")
     assert list(outside.iterdir()) == []
 
@@ -121,10 +131,11 @@ def test_escaping_paths_are_refused_by_both_protocols(
     before = sorted(p for p in tmpdir.parent.rglob("*"))
     with pytest.raises(InferenceServerException) as e:
         http.load_model("esc", config=config_json("esc"), files={key: b"x = 1\n"})
-    assert e.value.status() == "400" and "invalid file override path" in e.value.message()
+    assert e.value.status() == "500" and e.value.message().startswith(PREFIX)
+    assert "invalid file override path" in e.value.message()
     with pytest.raises(InferenceServerException) as e:
         grpc.load_model("esc", config=config_json("esc"), files={key: b"x = 1\n"})
-    assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert e.value.status() == "StatusCode.INTERNAL" and e.value.message().startswith(PREFIX)
     assert "invalid file override path" in e.value.message()
     assert sorted(p for p in tmpdir.parent.rglob("*")) == before  # nothing written anywhere
     assert http.is_server_live() and http.is_model_ready("inrepo")
@@ -134,8 +145,13 @@ def test_files_need_a_config(server: tuple[ServerProcess, Path, Path]) -> None:
     grpc = grpcclient.InferenceServerClient(server[0].grpc_url)
     with pytest.raises(InferenceServerException) as e:
         grpc.load_model("esc", files={"file:1/model.py": b"x = 1\n"})
-    assert e.value.status() == "StatusCode.INVALID_ARGUMENT"
-    assert e.value.message() == file_override.CONFIG_REQUIRED
+    assert e.value.status() == "StatusCode.INTERNAL"
+    assert e.value.message() == f"{PREFIX}: {file_override.CONFIG_REQUIRED}"
+    http = httpclient.InferenceServerClient(server[0].http_url)
+    with pytest.raises(InferenceServerException) as e:
+        http.load_model("esc", files={"file:1/model.py": b"x = 1\n"})
+    assert e.value.status() == "500"
+    assert e.value.message() == f"{PREFIX}: {file_override.CONFIG_REQUIRED}"
 
 
 def test_a_failed_override_load_leaves_no_trace(server: tuple[ServerProcess, Path, Path]) -> None:

@@ -145,8 +145,12 @@ def test_region_checks_use_tritons_texts(region: Any) -> None:
         assert (e.value.code, e.value.message) == (code, text)
     with pytest.raises(ModelyardError, match="already in manager"):
         manager.register("r", key, 0, 8)
-    with pytest.raises(ModelyardError, match=f"Invalid shared memory region: '{key}'"):
+    with pytest.raises(ModelyardError) as e:
         manager.register("big", key, 8192, 1)
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.INVALID_ARG,
+        "failed to register shared memory region 'big': invalid args",
+    )
     manager.close()
 
 
@@ -272,8 +276,8 @@ def test_bad_regions_are_rejected_and_the_server_keeps_serving(
             lambda: client.register_system_shared_memory("x", "/modelyard_test_absent", 8),
         )
         expect(
-            "500",
-            f"Invalid shared memory region: '{in_key}'",
+            "400",
+            "failed to register shared memory region 'x': invalid args",
             lambda: client.register_system_shared_memory("x", in_key, 512),
         )
         expect(
@@ -393,11 +397,13 @@ def _observe_one(
             seen.append((protocol, what, str(e.status()), e.message()))
 
     shm.set_shared_memory_region(ih, [np.arange(4, dtype=np.float32)])
+    # (before "in": Triton 2.51 fails any second region on a key it has registered, reusing
+    # the descriptor it closed; modelyard allows it, and only the size rule is compared here)
+    run("register beyond", lambda: client.register_system_shared_memory("b", in_key, 4096 * 4))
     run("register in", lambda: client.register_system_shared_memory("in", in_key, 64))
     run("register out", lambda: client.register_system_shared_memory("out", out_key, 64))
     run("register dup", lambda: client.register_system_shared_memory("in", in_key, 64))
     run("register absent", lambda: client.register_system_shared_memory("a", "/mt_absent", 8))
-    run("register beyond", lambda: client.register_system_shared_memory("b", in_key, 4096 * 4))
     run("status unknown", lambda: client.get_system_shared_memory_status("nope"))
     run("infer", lambda: _infer(client, mod, ooff=8))
     seen.append((protocol, "out", shm.get_contents_as_numpy(oh, np.float32, [6]).tolist()))

@@ -97,9 +97,15 @@ class RequestContext:
     stats: ModelStats | None = None
     t_received: int = 0
 
+    # An error response from the model (InferenceResponse(error=...)) was sent: the request
+    # counts as failed (reason BACKEND), not as a success as in Triton 2.51.
+    failed: bool = False
+
     def send(self, response: InferResponse) -> None:
         if self.done:
             return
+        if response.model_error:
+            self.failed = True
         if response.final:
             self.done = True
             if self.caller:
@@ -108,7 +114,7 @@ class RequestContext:
                 release(self)
             if self.stats is not None:
                 t1 = time.monotonic_ns()
-                if response.error is None or response.model_error:
+                if response.error is None and not self.failed:
                     self.stats.record_success(self.t_received, self.t_queued, self.t_start, t1,
                                               self.batch_size)  # fmt: skip
                 else:
@@ -127,6 +133,8 @@ class RequestContext:
         code = response.error.code.value if response.error is not None else ""
         if code == "CANCELLED":
             return "CANCELED"
+        if self.failed:  # the model ran and answered with an error
+            return "BACKEND"
         if not self.t_start:
             return "REJECTED" if code == "UNAVAILABLE" else "OTHER"
         return "BACKEND"

@@ -118,6 +118,21 @@ def build_parser() -> argparse.ArgumentParser:
         "page-fault on every request; 0 keeps glibc's defaults",
     )
     s.add_argument("--log-verbose", type=int, default=0, help="verbose log level (0 = off)")
+    _flag(s, "--log-info", True, "log info lines")
+    _flag(s, "--log-warning", True, "log warnings")
+    _flag(s, "--log-error", True, "log errors")
+    s.add_argument(
+        "--log-format",
+        choices=["default", "ISO8601"],
+        default="default",
+        help="time stamp format of log lines",
+    )
+    s.add_argument(
+        "--log-file",
+        default="",
+        metavar="PATH",
+        help="append the log to this file instead of stderr",
+    )
     s.add_argument("--id", default="triton", help="server id reported in server metadata")
     add_bench_parser(sub)
     return parser

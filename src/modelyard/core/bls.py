@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +33,14 @@ def start_bls(
     emit: Callable[[InferResponse, bool], None],
     caller: str = "",
     parents: Sequence[RequestContext] = (),
-) -> None:
+) -> Callable[[], None]:
     """Start one BLS request from the event loop thread; every outcome reaches
     ``emit(response, final)``, errors as error responses, exactly one with final=True.
     Never raises. No task per call: responses are relayed as the core delivers them.
 
     ``parents`` are the requests whose execution made the call: once all of them are
-    cancelled, so is the call (see ``link_to_parents``)."""
+    cancelled, so is the call (see ``link_to_parents``). Returns the function that cancels
+    the call (``ResponseIterator.cancel()``; on the loop thread, a no-op once it ended)."""
     name = request.model_name
     done = False
     timer: asyncio.TimerHandle | None = None
@@ -100,6 +100,12 @@ def start_bls(
         done = True
         error(f"BLS request failed: {e}", "INTERNAL")
 
+    def cancel() -> None:
+        if not done and ctx is not None:
+            ctx.cancel()  # the callee sees is_cancelled(); a queued call ends as CANCELLED
+
+    return cancel
+
 
 def link_to_parents(parents: Sequence[RequestContext], child: RequestContext) -> Callable[[], None]:
     """Cancel ``child`` (a BLS call) once every one of ``parents`` (the batch whose execution
@@ -125,9 +131,8 @@ class CoreHandlers(WorkerHandlers):
     def __init__(self, core: InferenceServer):
         self.core = core
         self._tasks: set[asyncio.Task[None]] = set()
-
-    def on_log(self, level: int, message: str, filename: str, line: int, instance: str) -> None:
-        log.log(level, "%s:%d] %s", os.path.basename(filename), line, message)
+        # Decoupled BLS calls still streaming, by (worker, call id): their cancel functions.
+        self._streams: dict[tuple[PythonWorker, int], Callable[[], None]] = {}
 
     def on_bls(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
         spec, decoupled = payload
@@ -140,11 +145,25 @@ class CoreHandlers(WorkerHandlers):
         chain = worker.waiting_chain() if blocking else frozenset()
         parents = worker.live_requests(spec.get("parents") or ())
 
+        key = (worker, call_id)
+        ended = False
+
         def emit(resp: InferResponse, final: bool) -> None:
+            nonlocal ended
+            if final:
+                ended = True
+                self._streams.pop(key, None)
             self._reply(worker, call_id, self._payload(worker, resp), final)
 
-        start_bls(self.core, request, decoupled, chain, emit, worker.name if blocking else "",
-                  parents)  # fmt: skip
+        caller = worker.name if blocking else ""
+        cancel = start_bls(self.core, request, decoupled, chain, emit, caller, parents)
+        if decoupled and not ended:  # (a call that already ended has nothing to cancel)
+            self._streams[key] = cancel
+
+    def on_bls_cancel(self, worker: PythonWorker, call_id: int) -> None:
+        cancel = self._streams.get((worker, call_id))
+        if cancel is not None:
+            cancel()
 
     def on_control(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
         task = asyncio.get_running_loop().create_task(self._control(worker, call_id, payload))
@@ -193,6 +212,8 @@ class CoreHandlers(WorkerHandlers):
         )  # fmt: skip
 
     def _payload(self, worker: PythonWorker, resp: InferResponse) -> Any:
+        if resp.flag_only:
+            return None
         if resp.error is not None:
             return ("err", resp.error.message, resp.error.code.value)
         outputs = [worker.pack_tensor(t) for t in resp.outputs]

@@ -13,6 +13,8 @@ def repository_index(registry: ModelRegistry, ready_only: bool) -> list[dict[str
     out: list[dict[str, Any]] = []
     for name in sorted(set(registry.locations) | set(registry.entries)):
         entry = registry.entries.get(name)
+        if entry is not None and entry.idle and name not in registry.locations:
+            continue  # as in Triton: its folder is gone (poll removals, deleted after unload)
         if entry is None or (not entry.versions and entry.state == ""):
             if not ready_only:
                 error = registry.errors.get(name)  # e.g. in two repositories

@@ -12,6 +12,7 @@ from modelyard.backends.base import Instance
 from modelyard.backends.python.backend import (
     PythonBackendOptions,
     create_instances,
+    prepare_exec_env,
     run_auto_complete,
 )
 from modelyard.backends.python.worker import PythonWorker, WorkerHandlers
@@ -130,9 +131,10 @@ async def load_model(
     cfg = normalize_config(cfg, name, model_dir=model_dir, backend_default_max_batch_size=py.default_max_batch_size,
                            auto_complete=opts.auto_complete)  # fmt: skip
     versions = select_versions(cfg, available_versions(model_dir))
+    env = await prepare_exec_env(cfg, model_dir, max(versions), py)
     first: PythonWorker | None = None
     if opts.auto_complete:
-        cfg, first = await run_auto_complete(cfg, model_dir, max(versions), py, handlers)
+        cfg, first = await run_auto_complete(cfg, model_dir, max(versions), py, handlers, env)
         try:
             cfg = normalize_config(cfg, name, model_dir=model_dir, backend_default_max_batch_size=py.default_max_batch_size,
                                    auto_complete=True)  # fmt: skip
@@ -149,7 +151,7 @@ async def load_model(
     loaded: list[ModelVersion] = []
     try:
         for v in sorted(versions, reverse=True):
-            instances = create_instances(cfg, model_dir, v, py, handlers, first)
+            instances = create_instances(cfg, model_dir, v, py, handlers, first, env)
             first = None
             results = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
             errors = [r for r in results if isinstance(r, BaseException)]

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from modelyard.core import file_override
-from modelyard.errors import InvalidArgument
 
 DEFAULT_LOAD_THREADS = 4  # Triton's --model-load-thread-count default
 
@@ -54,7 +53,7 @@ class ModelLoads:
         if not files:
             return None
         if config is None:
-            raise InvalidArgument(file_override.CONFIG_REQUIRED)
+            raise file_override.load_failed(name, file_override.CONFIG_REQUIRED)
         return file_override.materialise(name, files)
 
     def adopt(self, name: str, model_dir: Path | None) -> None:

@@ -24,6 +24,11 @@ class ModelEntry:
     # Versions of the last failed load or unload: the index keeps listing them, as Triton.
     last_versions: list[int] = field(default_factory=list)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing loaded and nothing loading or unloading."""
+        return not self.versions and self.state in ("", "UNAVAILABLE")
+
 
 class ModelRegistry:
     def __init__(self, repositories: list[str]):

@@ -400,9 +400,9 @@ class InferenceServer:
 
         validate_model_name(name)
         if files and not config:
-            from modelyard.core.file_override import CONFIG_REQUIRED
+            from modelyard.core.file_override import CONFIG_REQUIRED, load_failed
 
-            raise InvalidArgument(CONFIG_REQUIRED)
+            raise load_failed(name, CONFIG_REQUIRED)
         override = None
         if config:
             from modelyard.config.pbtxt import config_from_json

@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
+from modelyard import logs
 from modelyard.errors import InvalidArgument, Unsupported
 
 
 class LogSettings:
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {
-            "log_file": "", "log_info": True, "log_warning": True, "log_error": True,
-            "log_verbose_level": 0, "log_format": "default",
-        }  # fmt: skip
+    """The logging extension's view of the server log (modelyard.logs holds the state, which
+    the log handler reads on every line)."""
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.values)
+        return logs.as_dict()
 
     def update(self, settings: dict[str, Any]) -> None:
+        known = logs.as_dict()
         for key, value in settings.items():
             if key == "log_file":
                 raise Unsupported("log file location can not be updated through network protocol")
-            if key not in self.values:
+            if key not in known:
                 raise InvalidArgument(f"unknown log setting '{key}'")
             if key in ("log_info", "log_warning", "log_error") and not isinstance(value, bool):
                 raise InvalidArgument(f"expect bool for '{key}'")
@@ -32,16 +30,7 @@ class LogSettings:
                 raise InvalidArgument(f"expect unsigned int for '{key}'")
             if key == "log_format" and value not in ("default", "ISO8601"):
                 raise InvalidArgument(f"invalid log format '{value}'")
-        self.values.update(settings)
-        logger = logging.getLogger("modelyard")
-        if self.values["log_verbose_level"] > 0:
-            logger.setLevel(logging.DEBUG)
-        elif self.values["log_info"]:
-            logger.setLevel(logging.INFO)
-        elif self.values["log_warning"]:
-            logger.setLevel(logging.WARNING)
-        else:
-            logger.setLevel(logging.ERROR)
+        logs.update(**settings)
 
 
 _TRACE_DEFAULTS: dict[str, Any] = {

@@ -149,10 +149,15 @@ def _map(
         raise InternalError(f"Unable to open shared memory region: '{key}'") from None
     try:
         st = os.fstat(fd)
-        # Triton 2.51 answers both with this text: a region beyond the object's end, and an
-        # empty one (mmap of length 0 fails there; in Python it would map the whole file).
-        if not stat.S_ISREG(st.st_mode) or offset + byte_size > st.st_size or byte_size == 0:
-            raise InternalError(f"Invalid shared memory region: '{key}'")
+        # Triton 2.51's answers (checked against it): a region beyond the object's end is
+        # "invalid args"; an empty one fails its mmap (in Python a length 0 maps everything).
+        if not stat.S_ISREG(st.st_mode) or offset + byte_size > st.st_size:
+            raise InvalidArgument(f"failed to register shared memory region '{name}': invalid args")
+        if byte_size == 0:
+            raise InvalidArgument(
+                f"failed to register shared memory region '{name}': unable to process address "
+                "spaceInvalid argument"
+            )
         start = offset - offset % mmap.ALLOCATIONGRANULARITY
         try:
             mm = mmap.mmap(fd, offset + byte_size - start, mmap.MAP_SHARED,

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from modelyard.backends.base import Instance
+from modelyard.backends.python import exec_env
 from modelyard.backends.python.restart import RestartPolicy
 from modelyard.backends.python.worker import PythonWorker, WorkerHandlers, WorkerSpec
 from modelyard.config.render import config_to_json
-from modelyard.errors import ConfigError
+from modelyard.errors import ConfigError, ErrorCode, VersionLoadError
+
+log = logging.getLogger("modelyard")
 
 
 @dataclass
@@ -65,6 +70,19 @@ def _seconds(settings: dict[str, str], key: str, default: float) -> float:
 
 MODES = ("process", "in-process")
 
+# Triton 25.09+ refuses to start a Python stub whose name (the model's name for auto-complete,
+# else the instance's) holds any of these shell metacharacters (python_backend INVALID_CHARS).
+STUB_NAME_INVALID_CHARS = frozenset(";|&$`<>()[]{}\\\"'*?~#!")
+
+
+def check_stub_name(name: str, version: int) -> None:
+    """Refuse a model or instance name as Triton refuses it (in both execution modes, so a
+    repository that loads here loads on Triton too)."""
+    if not name or STUB_NAME_INVALID_CHARS.intersection(name):
+        raise VersionLoadError(
+            version, "Invalid stub name: contains invalid characters", ErrorCode.INVALID_ARG
+        )
+
 
 def _check_mode(mode: str, where: str) -> str:
     if mode not in MODES:
@@ -75,13 +93,48 @@ def _check_mode(mode: str, where: str) -> str:
 
 
 def execution_mode(cfg: Any, opts: PythonBackendOptions) -> str:
-    """Per model (config parameter MODELYARD_EXECUTION_MODE) or server-wide."""
+    """Per model (config parameter MODELYARD_EXECUTION_MODE) or server-wide; a model with
+    an EXECUTION_ENV_PATH runs in worker processes (an in-process model shares the server's
+    interpreter and packages)."""
     param = cfg.parameters.get("MODELYARD_EXECUTION_MODE") if cfg.parameters else None
+    has_env = exec_env.PARAMETER in cfg.parameters if cfg.parameters else False
     if param is not None and param.string_value:
-        return _check_mode(
+        mode = _check_mode(
             param.string_value, f"model '{cfg.name}' parameter MODELYARD_EXECUTION_MODE"
         )
-    return opts.execution_mode
+        if mode == "in-process" and has_env:
+            raise ConfigError(
+                f"model '{cfg.name}': MODELYARD_EXECUTION_MODE 'in-process' cannot be combined "
+                f"with {exec_env.PARAMETER}: a model in its own Python environment runs in "
+                "worker processes"
+            )
+        return mode
+    return "process" if has_env else opts.execution_mode
+
+
+async def prepare_exec_env(
+    cfg: Any, model_dir: str, version: int, opts: PythonBackendOptions
+) -> exec_env.ExecEnv | None:
+    """The model's EXECUTION_ENV_PATH environment, extracted and checked (None when unset)."""
+    path = exec_env.configured_path(cfg.parameters, model_dir)
+    if not path:
+        return None
+    if cfg.parameters.get("MODELYARD_PYTHON") is not None:
+        raise ConfigError(
+            f"model '{cfg.name}': set either {exec_env.PARAMETER} or MODELYARD_PYTHON, not both"
+        )
+    log.info("Using Python execution env %s", path)
+    if opts.execution_mode == "in-process":
+        log.warning(
+            "model '%s' has its own Python environment (%s): its instances run in worker "
+            "processes, not in-process",
+            cfg.name,
+            exec_env.PARAMETER,
+        )
+    try:
+        return await asyncio.to_thread(exec_env.MANAGER.prepare, path)
+    except exec_env.EnvError as e:
+        raise VersionLoadError(version, str(e), ErrorCode.INTERNAL) from None
 
 
 def model_file(model_dir: str, version: int, cfg: Any) -> str:
@@ -111,7 +164,8 @@ def _pipeline(cfg: Any) -> bool:
 
 
 def _spec(cfg: Any, model_dir: str, version: int, instance_name: str, kind: str,
-          opts: PythonBackendOptions, config_json: str) -> WorkerSpec:  # fmt: skip
+          opts: PythonBackendOptions, config_json: str,
+          env: exec_env.ExecEnv | None = None) -> WorkerSpec:  # fmt: skip
     return WorkerSpec(
         model_name=cfg.name, version=version, model_dir=model_dir,
         model_file=model_file(model_dir, version, cfg), instance_name=instance_name,
@@ -119,11 +173,17 @@ def _spec(cfg: Any, model_dir: str, version: int, instance_name: str, kind: str,
         decoupled=bool(cfg.model_transaction_policy.decoupled),
         python=_python_for(cfg, opts), shm_enabled=opts.shm_enabled,
         init_timeout=opts.init_timeout, pipeline=_pipeline(cfg), restart=opts.restart,
+        exec_env=env,
     )  # fmt: skip
 
 
 async def run_auto_complete(
-    cfg: Any, model_dir: str, version: int, opts: PythonBackendOptions, handlers: WorkerHandlers
+    cfg: Any,
+    model_dir: str,
+    version: int,
+    opts: PythonBackendOptions,
+    handlers: WorkerHandlers,
+    env: exec_env.ExecEnv | None = None,
 ) -> tuple[Any, PythonWorker | None]:
     """Run the model's ``auto_complete_config`` in a fresh worker.
 
@@ -134,7 +194,8 @@ async def run_auto_complete(
         config_to_autocomplete_dict,
     )
 
-    spec = _spec(cfg, model_dir, version, f"{cfg.name}_autocomplete", "CPU", opts, "{}")
+    check_stub_name(cfg.name, version)
+    spec = _spec(cfg, model_dir, version, f"{cfg.name}_autocomplete", "CPU", opts, "{}", env)
     if execution_mode(cfg, opts) == "in-process":
         from modelyard.backends.python.isolation import auto_complete_in_process
 
@@ -155,7 +216,7 @@ async def run_auto_complete(
 
 def create_instances(
     cfg: Any, model_dir: str, version: int, opts: PythonBackendOptions, handlers: WorkerHandlers,
-    first: PythonWorker | None = None,
+    first: PythonWorker | None = None, env: exec_env.ExecEnv | None = None,
 ) -> list[Instance]:  # fmt: skip
     """One worker per instance (every instance_group's count), named as Triton names them."""
     config_json = config_to_json(cfg)
@@ -165,7 +226,8 @@ def create_instances(
         kind = {1: "GPU", 2: "CPU", 3: "MODEL"}.get(int(group.kind), "CPU")
         for i in range(max(1, int(group.count))):
             name = f"{group.name}_{i}"
-            spec = _spec(cfg, model_dir, version, name, kind, opts, config_json)
+            check_stub_name(name, version)
+            spec = _spec(cfg, model_dir, version, name, kind, opts, config_json, env)
             if mode == "in-process":
                 from modelyard.backends.python.inprocess import InProcessInstance
 

@@ -14,11 +14,13 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import triton_python_backend_utils as pb
+from modelyard import logs
 from modelyard.backends.base import RequestContext
+from modelyard.backends.python import ipc
 from modelyard.core.bls import link_to_parents
 from modelyard.core.validation import validate
 from modelyard.errors import InternalError, ModelyardError
@@ -79,6 +81,8 @@ class InProcessRuntime:
                 resp.error.message, _CODES.get(resp.error.code.value, 1)
             )
             return pb.InferenceResponse._from_server([], err)
+        if resp.flag_only:
+            return pb.InferenceResponse._from_server([], flag_only=True)
         tensors = [pb.Tensor._from_server(t.name, tensor_data(t)) for t in resp.outputs]
         return pb.InferenceResponse._from_server(tensors, None, resp.parameters or None)
 
@@ -146,16 +150,24 @@ class InProcessRuntime:
         finally:
             sched.release_claimed(target)
 
-    def _start(self, request: Any, decoupled: bool, sink: Any, chain: frozenset[str],
-               caller: str = "", parents: tuple[RequestContext, ...] = ()) -> None:  # fmt: skip
-        """On the loop thread: run the BLS request; ``sink((pb_response, final))`` per reply."""
+    def _start(
+        self,
+        request: Any,
+        decoupled: bool,
+        sink: Any,
+        chain: frozenset[str],
+        caller: str = "",
+        parents: tuple[RequestContext, ...] = (),
+    ) -> Callable[[], None]:
+        """On the loop thread: run the BLS request; ``sink((pb_response, final))`` per reply.
+        Returns the function that cancels it (on the loop thread)."""
         from modelyard.core.bls import start_bls
 
         def emit(resp: InferResponse, final: bool) -> None:
             sink((self._pb_response(resp), final))
 
-        start_bls(self.core, self._core_request(request), decoupled, chain, emit, caller,
-                  parents)  # fmt: skip
+        core_request = self._core_request(request)
+        return start_bls(self.core, core_request, decoupled, chain, emit, caller, parents)
 
     def exec(self, request: Any, decoupled: bool) -> Any:
         if on_loop(self.loop):
@@ -171,12 +183,17 @@ class InProcessRuntime:
 
         replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
         caller = getattr(TLS, "instance", "")
-        self.loop.call_soon_threadsafe(
-            self._start, request, decoupled, replies.put, self._chain, caller, PARENTS.get()
-        )
+        cancels: list[Callable[[], None]] = []
+        args = (request, decoupled, replies.put, self._chain, caller, PARENTS.get())
+        self.loop.call_soon_threadsafe(lambda: cancels.append(self._start(*args)))
         if not decoupled:
             return replies.get()[0]
-        return _drain(replies)
+
+        # (a cancel is queued on the loop after the start, so the start has run by then)
+        def cancel() -> None:
+            self.loop.call_soon_threadsafe(lambda: cancels[0]())
+
+        return Stream(replies, cancel)
 
     def async_exec(self, request: Any, decoupled: bool) -> Any:
         return self._async_exec(request, decoupled)
@@ -192,35 +209,37 @@ class InProcessRuntime:
             if item[1] and not done.done():
                 done.set_result(None)
 
-        self._start(request, decoupled, sink, frozenset(), "", PARENTS.get())
+        cancel = self._start(request, decoupled, sink, frozenset(), "", PARENTS.get())
         # Triton models iterate the awaited value with a plain `for` on this very loop, which
-        # could never deliver later responses: wait for the final one, then hand them over.
+        # could never deliver later responses: wait for the final one, then hand them over
+        # (so a cancel() of that iterator finds the call ended: nothing left to cancel).
         await done
         if not decoupled:
             return replies.get()[0]
-        return _drain(replies)
+        return Stream(replies, cancel)
 
     # the rest of pb_utils.Runtime ---------------------------------------------------------
 
     def log(self, level: int, message: str, filename: str, line: int) -> None:
-        py_level = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}.get(
-            level, logging.INFO
-        )
-        log.log(py_level, "%s:%d] %s", os.path.basename(filename), line, message)
+        logs.model_line(level, message, filename, line)
 
-    def _control(self, coro: Any) -> Any:
+    def _control(self, op: str, coro: Any) -> Any:
         if on_loop(self.loop):
+            coro.close()
             raise pb.TritonModelException("model control from the event loop thread would block it")
         try:
             return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=600)
         except ModelyardError as e:
-            raise pb.TritonModelException(e.message) from None
+            instance = self.instance.name if self.instance is not None else ""
+            raise pb.TritonModelException(ipc.control_error_text(op, instance, e.message)) from None
 
     def load_model(self, name: str, config: str, files: dict[str, bytes] | None) -> None:
-        self._control(self.core.load_model(name, config or None, files or None, from_model=True))
+        self._control(
+            "load", self.core.load_model(name, config or None, files or None, from_model=True)
+        )
 
     def unload_model(self, name: str, unload_dependents: bool) -> None:
-        self._control(self.core.unload_model(name, unload_dependents, from_model=True))
+        self._control("unload", self.core.unload_model(name, unload_dependents, from_model=True))
 
     def is_model_ready(self, name: str, version: str) -> bool:
         if on_loop(self.loop):  # cannot wait here: liveness only, no model's is_ready()
@@ -252,9 +271,25 @@ def on_loop(loop: asyncio.AbstractEventLoop) -> bool:
     return asyncio.events._get_running_loop() is loop
 
 
-def _drain(replies: Any) -> Iterator[Any]:
-    while True:
-        resp, final = replies.get()
-        yield resp
-        if final:
-            return
+class Stream:
+    """The responses of a decoupled BLS call; ``cancel()`` cancels the call (Triton 25.04:
+    the callee sees ``is_cancelled()``; the stream still ends with its final response)."""
+
+    def __init__(self, replies: Any, cancel: Callable[[], None]) -> None:
+        self._replies = replies
+        self._cancel = cancel
+        self._ended = False
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        resp, final = self._replies.get()
+        self._ended = final
+        return resp
+
+    def cancel(self) -> None:
+        if not self._ended:
+            self._cancel()

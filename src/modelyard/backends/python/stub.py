@@ -329,6 +329,29 @@ class Stub:
         fut.add_done_callback(done)
 
 
+class _ServerLog(logging.Handler):
+    """The worker's own log lines (e.g. an error of a decoupled model's background coroutine)
+    go to the server log like the model's Logger lines, at their file and line."""
+
+    def __init__(self, stub: Stub) -> None:
+        super().__init__()
+        self.stub = stub
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level = record.levelno
+            pb_level = 2 if level >= logging.ERROR else 1 if level >= logging.WARNING else 0
+            if level < logging.INFO:
+                pb_level = 3
+            text = self.format(record)
+            try:
+                self.stub.send(ipc.LOG, pb_level, text, record.pathname, record.lineno)
+            except OSError:  # the server is gone: keep the line anyway
+                sys.stderr.write(text + "\n")
+        except Exception:
+            self.handleError(record)
+
+
 class _Failure(Exception):
     def __init__(self, code: str, message: str):
         super().__init__(message)
@@ -345,9 +368,12 @@ def main() -> None:
     # Shutdown is message-driven (as Triton's stub): a Ctrl-C at the terminal reaches the whole
     # process group, and the server finalizes us in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
     sock = socket.socket(fileno=fd)
     stub = Stub(sock, prefix)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the model's own logging
+    own = logging.getLogger("modelyard")
+    own.handlers[:] = [_ServerLog(stub)]
+    own.propagate = False
     parent = os.getppid()
 
     def watch_parent() -> None:

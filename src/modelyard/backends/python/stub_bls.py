@@ -90,8 +90,8 @@ class BlsClient:
 
     def _response(self, payload: Any) -> Any:
         pb = self.rt.pb
-        if payload is None:
-            return pb.InferenceResponse._from_server([])
+        if payload is None:  # a flag-only final
+            return pb.InferenceResponse._from_server([], flag_only=True)
         if payload[0] == "err":
             error = pb.TritonError._from_server(payload[1], _CODES.get(payload[2], 1))
             return pb.InferenceResponse._from_server([], error)
@@ -150,23 +150,7 @@ class BlsClient:
             finally:
                 self._unregister(call_id)
             return self._response(msg[2])
-        return self._iterate(call_id, replies, wait_s)
-
-    def _iterate(
-        self, call_id: int, replies: queue.SimpleQueue[tuple[Any, ...]], wait_s: float
-    ) -> Iterator[Any]:
-        try:
-            while True:
-                try:
-                    msg = self._next_reply(replies, wait_s)
-                except queue.Empty:
-                    yield self._timeout_response()
-                    return
-                yield self._response(msg[2])
-                if msg[3]:
-                    return
-        finally:
-            self._unregister(call_id)
+        return BlsStream(self, call_id, replies, wait_s)
 
     def _timeout_response(self) -> Any:
         pb = self.rt.pb
@@ -217,15 +201,59 @@ class BlsClient:
         if not decoupled:
             self._unregister(call_id)
             return self._response(msg[2])
-        return self._chain_first(call_id, msg, rest, wait_s)
+        return BlsStream(self, call_id, rest, wait_s, first=msg)
 
-    def _chain_first(self, call_id: int, msg: tuple[Any, ...],
-                     rest: queue.SimpleQueue[tuple[Any, ...]], wait_s: float) -> Iterator[Any]:  # fmt: skip
-        yield self._response(msg[2])
+
+class BlsStream:
+    """The responses of a decoupled BLS call, as they arrive (``exec``/``async_exec`` with
+    ``decoupled=True``); ``cancel()`` asks the server to cancel the call (Triton 25.04):
+    the callee sees ``is_cancelled()``, and the stream still ends with the callee's final
+    response (a call still queued ends with a CANCELLED error)."""
+
+    def __init__(
+        self,
+        client: BlsClient,
+        call_id: int,
+        replies: queue.SimpleQueue[tuple[Any, ...]],
+        wait_s: float,
+        first: tuple[Any, ...] | None = None,
+    ) -> None:
+        self._client = client
+        self._call_id = call_id
+        self._replies = replies
+        self._wait_s = wait_s
+        self._first = first
+        self._ended = False
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        msg = self._first
+        self._first = None
+        if msg is None:
+            try:
+                msg = self._client._next_reply(self._replies, self._wait_s)
+            except queue.Empty:
+                self._end()
+                return self._client._timeout_response()
         if msg[3]:
-            self._unregister(call_id)
-            return
-        yield from self._iterate(call_id, rest, wait_s)
+            self._end()
+        return self._client._response(msg[2])
+
+    def cancel(self) -> None:
+        if not self._ended:
+            self._client.rt.stub.send(ipc.BLS_CANCEL, self._call_id)
+
+    def _end(self) -> None:
+        self._ended = True
+        self._client._unregister(self._call_id)
+
+    def __del__(self) -> None:
+        if not self._ended:  # dropped before its end: stop routing its replies here
+            self._client._unregister(self._call_id)
 
 
 def _resolve(fut: asyncio.Future[tuple[Any, ...]], msg: tuple[Any, ...]) -> None:

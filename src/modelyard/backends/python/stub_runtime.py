@@ -184,7 +184,12 @@ class StubRuntime:
     # -- pb_utils.Runtime ----------------------------------------------------------------------
 
     def log(self, level: int, message: str, filename: str, line: int) -> None:
-        self.stub.send(ipc.LOG, level, message, filename, line)
+        try:
+            self.stub.send(ipc.LOG, level, message, filename, line)
+        except OSError:  # the server is gone (e.g. a model thread logging during shutdown)
+            from triton_python_backend_utils._runtime import print_log
+
+            print_log(level, message, filename, line)
 
     def model_dir(self) -> str:
         import os
@@ -216,7 +221,8 @@ class StubRuntime:
     def _control(self, op: str, *args: Any) -> Any:
         ok, payload = self.bls.control(op, args)
         if not ok:
-            raise self.pb.TritonModelException(payload)
+            text = ipc.control_error_text(op, self.spec["instance_name"], payload)
+            raise self.pb.TritonModelException(text)
         return payload
 
     def load_model(self, name: str, config: str, files: dict[str, bytes] | None) -> None:

@@ -19,8 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from modelyard import logs
 from modelyard.backends.base import RequestContext
 from modelyard.backends.python import client_regions, ipc, packing, release, shm
+from modelyard.backends.python.exec_env import ExecEnv
 from modelyard.backends.python.restart import RestartPolicy
 from modelyard.backends.python.worker_health import WorkerHealth
 from modelyard.core import shared_memory
@@ -51,16 +53,20 @@ class WorkerSpec:
     init_timeout: float = 600.0
     pipeline: bool = True  # may hold one staged batch behind the running one
     restart: RestartPolicy = field(default_factory=RestartPolicy)
+    exec_env: ExecEnv | None = None  # EXECUTION_ENV_PATH: run in that environment
 
 
 class WorkerHandlers:
     """Hooks a worker calls back into the server for (BLS, logging, model control)."""
 
     def on_log(self, level: int, message: str, filename: str, line: int, instance: str) -> None:
-        log.log(level, "%s:%d] %s", os.path.basename(filename), line, message)
+        logs.model_line(level, message, filename, line)
 
     def on_bls(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
         worker.send_bls_error(call_id, "BLS is not available in this server build", "UNSUPPORTED")
+
+    def on_bls_cancel(self, worker: PythonWorker, call_id: int) -> None:
+        """The model cancelled its decoupled BLS call ``call_id`` (ResponseIterator.cancel())."""
 
     def on_control(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
         worker.send(
@@ -113,12 +119,17 @@ class PythonWorker(WorkerHealth):
         # up (when the loop was busy meanwhile), and must not be dropped then.
         self._calls[0] = self._loop.create_future()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        args = (str(child.fileno()), self._prefix + "-w")
+        env = self.spec.exec_env
+        if env is not None:
+            command, environ = env.command(*args), env.environ
+        else:
+            command = [self.spec.python, "-m", "modelyard.backends.python.stub", *args]
+            environ = _worker_env()
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                self.spec.python, "-m", "modelyard.backends.python.stub", str(child.fileno()),
-                self._prefix + "-w", pass_fds=(child.fileno(),),
-                env=_worker_env(),
-            )  # fmt: skip
+                *command, pass_fds=(child.fileno(),), env=environ
+            )
         finally:
             child.close()
         _, proto = await self._loop.create_unix_connection(
@@ -267,6 +278,8 @@ class PythonWorker(WorkerHealth):
             self.handlers.on_log(msg[1], msg[2], msg[3], msg[4], self.name)
         elif kind == ipc.BLS:
             self.handlers.on_bls(self, msg[1], msg[2])
+        elif kind == ipc.BLS_CANCEL:
+            self.handlers.on_bls_cancel(self, msg[1])
         elif kind == ipc.CONTROL:
             self.handlers.on_control(self, msg[1], msg[2])
 

@@ -17,7 +17,6 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 
-from modelyard.core.file_override import check_path
 from modelyard.core.shared_memory import cuda_unsupported
 from modelyard.errors import (
     InternalError,
@@ -223,7 +222,7 @@ class InferenceServicer:
                     raise InvalidArgument(
                         f"invalid value type for load parameter '{key}', expected bytes_param."
                     )
-                files[_file_path(key)] = param.bytes_param
+                files[key] = param.bytes_param  # the core checks the path
             else:
                 raise InvalidArgument(f"unrecognized load parameter '{key}'.")
         await self._core.load_model(request.model_name, config, files or None)
@@ -374,12 +373,6 @@ def _log_update(settings: Any) -> dict[str, Any]:
     if "log_format" in update and update["log_format"] not in ("default", "ISO8601"):
         raise InvalidArgument(f"invalid argument for log_format, got: {update['log_format']}")
     return update
-
-
-def _file_path(key: str) -> str:
-    """The relative path of a ``file:<path>`` load parameter; the core's rule (nothing may
-    leave the override folder) raises INVALID_ARG naming the path."""
-    return str(check_path(key))
 
 
 async def _maybe_await(value: Any) -> Any:

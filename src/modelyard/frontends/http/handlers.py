@@ -12,7 +12,6 @@ import binascii
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from modelyard.core.file_override import check_path
 from modelyard.core.shared_memory import cuda_unsupported
 from modelyard.errors import InternalError, InvalidArgument, Unavailable, Unsupported
 from modelyard.frontends.http import codec
@@ -86,12 +85,6 @@ async def repository_index(core: InferenceServer, request: Request) -> Response:
     return json_value_response(index)
 
 
-def _file_path(key: str) -> str:
-    """The relative path of a ``file:<path>`` load parameter; the core's rule (nothing may
-    leave the override folder) raises INVALID_ARG naming the path."""
-    return str(check_path(key))
-
-
 async def load_model(core: InferenceServer, request: Request, model: str) -> Response:
     doc = await _json_body(request)
     config: str | None = None
@@ -103,17 +96,14 @@ async def load_model(core: InferenceServer, request: Request, model: str) -> Res
             if key == "config":
                 config = text
             elif key.startswith("file:"):
-                path = _file_path(key)
-                try:
-                    files[path] = base64.b64decode(text, validate=True)
+                try:  # the path is checked by the core (file_override.check_path)
+                    files[key] = base64.b64decode(text, validate=True)
                 except (binascii.Error, ValueError):
                     raise InvalidArgument(
                         f"failed to decode base64 encoded content of load parameter '{key}'"
                     ) from None
             else:
                 raise InternalError("unexpected error on creating Triton parameter")
-    if files and config is None:
-        raise InvalidArgument("Load parameter 'config' must be specified for model file override")
     await _maybe_await(core.load_model(model, config=config, files=files or None))
     return empty_response(200, json=True)
 

@@ -1,0 +1,66 @@
+"""pb_utils' model-control API from a model, through the real server in both execution modes:
+failures raise TritonModelException with Triton's wording, every time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from tests.backends.python.test_bls import MODES, TIMEOUT_S, make_repo, start_in_mode
+from tests.serverproc import ServerProcess
+
+pytestmark = pytest.mark.timeout(90)
+
+NOT_FOUND = (
+    "TritonModelException: Failed to load model: Failed to process the request for model "
+    "'control_probe_0', message: failed to load 'does_not_exist', failed to poll from model "
+    "repository"
+)
+
+
+def control_http(url: str, op: str) -> str:
+    """control_probe's answer to ``op`` over HTTP (``url``: the server's HTTP host:port)."""
+    client = httpclient.InferenceServerClient(url, network_timeout=TIMEOUT_S)
+    t = httpclient.InferInput("OP", [1], "BYTES")
+    t.set_data_from_numpy(np.array([op.encode()], dtype=np.object_))
+    text = client.infer("control_probe", [t]).as_numpy("OUT")[0].decode()
+    client.close()
+    return str(text)
+
+
+def control_grpc(url: str, op: str) -> str:
+    with grpcclient.InferenceServerClient(url) as client:
+        t = grpcclient.InferInput("OP", [1], "BYTES")
+        t.set_data_from_numpy(np.array([op.encode()], dtype=np.object_))
+        res = client.infer("control_probe", [t], client_timeout=TIMEOUT_S)
+        return str(res.as_numpy("OUT")[0].decode())
+
+
+@pytest.fixture(scope="module", params=MODES)
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    repo = make_repo(tmp_path_factory.mktemp("control_repo"), ["control_probe"])
+    server = start_in_mode(repo, request.param)
+    yield server
+    server.stop()
+
+
+def test_loading_a_model_the_repository_lacks_fails_every_time(served: ServerProcess) -> None:
+    # Triton 2.51's text, each time it is tried (a failed attempt leaves nothing behind).
+    assert control_http(served.http_url, "load:does_not_exist") == NOT_FOUND
+    assert control_grpc(served.grpc_url, "load:does_not_exist") == NOT_FOUND
+    assert control_http(served.http_url, "load:does_not_exist") == NOT_FOUND
+    assert control_grpc(served.grpc_url, "ready:does_not_exist") == "False"
+    index = httpclient.InferenceServerClient(served.http_url).get_model_repository_index()
+    assert [m["name"] for m in index] == ["control_probe"]
+
+
+def test_model_names_are_checked_before_anything_loads(served: ServerProcess) -> None:
+    text = control_http(served.http_url, "load:../escape")
+    assert text.startswith("TritonModelException: Failed to load model: ")
+    assert "'../escape'" in text
