@@ -17,8 +17,9 @@ import pytest
 import tritonclient.grpc.aio as grpcaio
 from tritonclient.utils import InferenceServerException
 
-from modelyard.backends.base import Instance, RequestContext
+from modelyard.backends.instance import Instance
 from modelyard.scheduling.default import DefaultScheduler
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, Tensor
 from tests.serverproc import ServerProcess, start_server
 

@@ -7,9 +7,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from modelyard.backends.base import Instance, RequestContext
+from modelyard.backends.instance import Instance
 from modelyard.errors import Unavailable
 from modelyard.scheduling.dynamic import BatcherConfig, DynamicBatcher, QueuePolicy
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, Tensor
 
 

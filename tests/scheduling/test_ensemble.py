@@ -343,8 +343,8 @@ def test_metrics_list_the_ensemble(server: ServerProcess) -> None:
 
 def _fake_submit(order: list[str], fail: str = "") -> Any:
     """Step models that answer at once (inside submit): O = I + 1, or an error."""
-    from modelyard.backends.base import RequestContext
     from modelyard.errors import InvalidArgument
+    from modelyard.serving.context import RequestContext
     from modelyard.types import InferResponse, Tensor
 
     def submit(req: Any, on_response: Any) -> RequestContext:
@@ -360,8 +360,8 @@ def _fake_submit(order: list[str], fail: str = "") -> Any:
 
 
 async def _run_scheduler(fail: str = "") -> tuple[list[str], Any]:
-    from modelyard.backends.base import RequestContext
     from modelyard.scheduling.ensemble import EnsembleScheduler, Step
+    from modelyard.serving.context import RequestContext
     from modelyard.types import InferRequest, Tensor
 
     steps = [

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from modelyard.backends.base import Instance, RequestContext
+from modelyard.backends.instance import Instance
 from modelyard.errors import InternalError, ModelyardError
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferResponse, Tensor, config_datatype, numpy_dtype
 
 Arrays = dict[str, np.ndarray[Any, Any]]

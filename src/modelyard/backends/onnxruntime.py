@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from modelyard.backends.base import Instance
+from modelyard.backends.instance import Instance
 from modelyard.backends.native import Arrays, Layout, ModelRunner, NativeInstance
 from modelyard.config.auto_complete import autocomplete_max_batch_size
 from modelyard.config.normalize import normalize_model_config

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from modelyard.backends.base import Instance
+from modelyard.backends.instance import Instance
 from modelyard.backends.native import Arrays, Layout, ModelRunner, NativeInstance
 from modelyard.errors import ConfigError, InternalError, InvalidArgument, ModelyardError
 

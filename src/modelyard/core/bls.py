@@ -13,10 +13,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from modelyard.backends.base import RequestContext
 from modelyard.backends.python import ipc, shm
 from modelyard.backends.python.worker import PythonWorker, WorkerHandlers
 from modelyard.errors import Cancelled, ErrorCode, ModelyardError
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, Tensor
 
 if TYPE_CHECKING:

@@ -20,10 +20,10 @@ from modelyard.config.normalize import normalize_config
 from modelyard.config.pbtxt import parse_config_text
 from modelyard.config.repository import available_versions, select_versions
 from modelyard.config.validate import validate_config
-from modelyard.core.stats import ModelStats
 from modelyard.core.validation import ModelSignature, signature_from_config
 from modelyard.errors import InvalidArgument, ModelyardError
 from modelyard.scheduling.ensemble import EnsembleScheduler, Step, steps_from_config
+from modelyard.serving.stats import ModelStats
 
 if TYPE_CHECKING:
     from modelyard.core.lifecycle import ModelVersion

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelyard.backends.base import Instance
+from modelyard.backends.instance import Instance
 from modelyard.backends.python.backend import (
     PythonBackendOptions,
     create_instances,
@@ -22,7 +22,6 @@ from modelyard.config.pbtxt import load_config_file
 from modelyard.config.repository import available_versions, select_versions
 from modelyard.config.validate import validate_config
 from modelyard.core.native import is_native, load_native_model
-from modelyard.core.stats import ModelStats
 from modelyard.core.validation import ModelSignature, signature_from_config
 from modelyard.core.warmup import warm_up
 from modelyard.errors import ModelyardError, Unsupported, VersionLoadError
@@ -31,6 +30,7 @@ from modelyard.scheduling.default import DefaultScheduler
 from modelyard.scheduling.dynamic import BatcherConfig, DynamicBatcher
 from modelyard.scheduling.iterative import IterativeSequenceBatcher
 from modelyard.scheduling.sequence import SequenceBatcher
+from modelyard.serving.stats import ModelStats
 
 log = logging.getLogger("modelyard")
 

@@ -12,15 +12,15 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from modelyard.backends.base import Instance
+from modelyard.backends.instance import Instance
 from modelyard.config import render
 from modelyard.config.normalize import normalize_config
 from modelyard.config.repository import available_versions, select_versions
 from modelyard.config.validate import validate_config
-from modelyard.core.stats import ModelStats
 from modelyard.core.validation import signature_from_config
 from modelyard.core.warmup import warm_up
 from modelyard.errors import ModelyardError, Unsupported, VersionLoadError
+from modelyard.serving.stats import ModelStats
 
 if TYPE_CHECKING:
     from modelyard.core.lifecycle import LoadOptions, ModelVersion

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from modelyard import codec
-from modelyard.backends.base import RequestContext
-from modelyard.core.stats import ModelStats
+from modelyard.serving.context import RequestContext
+from modelyard.serving.stats import ModelStats
 from modelyard.types import InferRequest, InferResponse, ParamValue, Tensor
 
 log = logging.getLogger("modelyard")

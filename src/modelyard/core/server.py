@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelyard.backends.base import RequestContext
 from modelyard.config.render import model_metadata as render_metadata
 from modelyard.core import health
 from modelyard.core.bls import CoreHandlers
@@ -22,7 +21,6 @@ from modelyard.core.registry import ModelRegistry
 from modelyard.core.response_cache import ResponseCache
 from modelyard.core.response_cache import attach as attach_cache
 from modelyard.core.settings import LogSettings, TraceSettings
-from modelyard.core.shared_memory import SharedMemoryManager, uses_shared_memory
 from modelyard.core.shutdown import stop_all
 from modelyard.core.validation import validate
 from modelyard.errors import (
@@ -33,6 +31,8 @@ from modelyard.errors import (
     Unsupported,
     VersionLoadError,
 )
+from modelyard.serving.context import RequestContext
+from modelyard.serving.shm_regions import SharedMemoryManager, uses_shared_memory
 from modelyard.types import InferRequest, InferResponse
 
 log = logging.getLogger("modelyard")
@@ -331,7 +331,7 @@ class InferenceServer:
         mv, ctx = self._prepare(request, on_response, chain)
         ctx.nested = True  # BLS calls and ensemble steps come this way, clients never do
         if caller:
-            from modelyard.scheduling.deadlock import register, release
+            from modelyard.serving.deadlock import register, release
 
             ctx.caller = caller
             register(ctx)

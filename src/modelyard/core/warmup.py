@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from modelyard import codec
-from modelyard.backends.base import Instance, RequestContext
+from modelyard.backends.instance import Instance
 from modelyard.errors import InvalidArgument, ModelyardError, VersionLoadError
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, Tensor, config_datatype, numpy_dtype
 
 log = logging.getLogger("modelyard")

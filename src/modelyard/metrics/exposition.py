@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from modelyard.core.stats import FAILURE_REASONS, ModelStats
 from modelyard.metrics.custom import labels_text, number
+from modelyard.serving.stats import FAILURE_REASONS, ModelStats
 
 if TYPE_CHECKING:
     from modelyard.core.server import InferenceServer

@@ -14,8 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelyard.backends.base import Instance, RequestContext
-from modelyard.core.stats import ModelStats
+from modelyard.backends.instance import Instance
 from modelyard.errors import Unavailable
 from modelyard.scheduling.base import (
     BatchTasks,
@@ -24,6 +23,8 @@ from modelyard.scheduling.base import (
     pick_instance,
     run_batch,
 )
+from modelyard.serving.context import RequestContext
+from modelyard.serving.stats import ModelStats
 from modelyard.types import InferResponse
 
 

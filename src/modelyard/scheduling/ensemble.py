@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from modelyard.backends.base import RequestContext
-from modelyard.core.stats import ModelStats
 from modelyard.errors import ModelyardError
 from modelyard.scheduling.base import refusal
+from modelyard.serving.context import RequestContext
+from modelyard.serving.stats import ModelStats
 from modelyard.types import (
     SEQUENCE_END,
     SEQUENCE_START,

@@ -23,11 +23,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelyard.backends.base import Instance, RequestContext
-from modelyard.core.stats import ModelStats
+from modelyard.backends.instance import Instance
 from modelyard.errors import Cancelled, InvalidArgument, Unavailable
 from modelyard.scheduling.base import BatchTasks, run_batch
 from modelyard.scheduling.sequence import control_tensors, controls_from_config
+from modelyard.serving.context import RequestContext
+from modelyard.serving.stats import ModelStats
 from modelyard.types import SEQUENCE_START, InferResponse
 
 _START, _READY, _END, _CORRID = 0, 1, 2, 3  # ModelSequenceBatching.Control.Kind

@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from modelyard.backends.base import Instance, RequestContext
-from modelyard.core.stats import ModelStats
+from modelyard.backends.instance import Instance
 from modelyard.errors import InvalidArgument
 from modelyard.scheduling.base import BatchTasks, run_batch
+from modelyard.serving.context import RequestContext
+from modelyard.serving.stats import ModelStats
 from modelyard.types import (
     SEQUENCE_END,
     SEQUENCE_START,

@@ -27,8 +27,8 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
 from tritonclient.utils import InferenceServerException
 
-from modelyard.backends.base import RequestContext
 from modelyard.scheduling.default import DefaultScheduler
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse
 from tests.serverproc import ServerProcess, start_server
 

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelyard.backends.base import Instance
+from modelyard.backends.instance import Instance
 from modelyard.backends.python import exec_env
 from modelyard.backends.python.restart import RestartPolicy
 from modelyard.backends.python.worker import PythonWorker, WorkerHandlers, WorkerSpec

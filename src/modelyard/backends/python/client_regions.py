@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from modelyard.core.shared_memory import SHM_ROOT, ClientRef
+from modelyard.serving.shm_regions import SHM_ROOT, ClientRef
 from modelyard.types import numpy_dtype
 
 INPUT = "@region"  # an input payload that names a client region (never a segment name)

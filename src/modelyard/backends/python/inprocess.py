@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import triton_python_backend_utils as pb
-from modelyard.backends.base import Instance, RequestContext
+from modelyard.backends.instance import Instance
 from modelyard.backends.python import release
 from modelyard.backends.python.inprocess_runtime import (
     PARENTS,
@@ -32,6 +32,7 @@ from modelyard.backends.python.readiness import UserReadiness, check_result
 from modelyard.backends.python.stub import format_exception
 from modelyard.backends.python.stub_runtime import error_code_name
 from modelyard.errors import ErrorCode, InternalError, ModelyardError
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferResponse, Tensor, datatype_of
 
 if TYPE_CHECKING:

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import triton_python_backend_utils as pb
 from modelyard import logs
-from modelyard.backends.base import RequestContext
 from modelyard.backends.python import ipc
 from modelyard.core.bls import link_to_parents
 from modelyard.core.validation import validate
 from modelyard.errors import InternalError, ModelyardError
 from modelyard.scheduling.default import DefaultScheduler
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor, datatype_of
 
 if TYPE_CHECKING:

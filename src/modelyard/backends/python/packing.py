@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelyard.backends.base import RequestContext
 from modelyard.backends.python import client_regions, shm
-from modelyard.core import shared_memory
 from modelyard.errors import ErrorCode, ModelyardError
+from modelyard.serving import shm_regions
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferResponse, Tensor
 
 
@@ -58,7 +58,7 @@ def unpack_response(ctx: RequestContext, payload: Any, final: bool, version: str
         if type(data) is tuple and data[0] == client_regions.WRITTEN:
             region = req.shm_outputs[packed[0]].region if req.shm_outputs else ""
             resp.outputs.append(Tensor(packed[0], packed[1], packed[2], parameters={
-                shared_memory.REGION: region, shared_memory.BYTE_SIZE: data[1]}))  # fmt: skip
+                shm_regions.REGION: region, shm_regions.BYTE_SIZE: data[1]}))  # fmt: skip
             continue
         name, datatype, arr = shm.unpack(packed, mapper)
         resp.outputs.append(Tensor(name, datatype, tuple(arr.shape), arr))

@@ -13,8 +13,8 @@ import json
 import logging
 from typing import Any
 
-from modelyard.backends.base import RequestContext
 from modelyard.errors import InvalidArgument
+from modelyard.serving.context import RequestContext
 
 log = logging.getLogger("modelyard")
 

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelyard import logs
-from modelyard.backends.base import RequestContext
 from modelyard.backends.python import client_regions, ipc, packing, release, shm
 from modelyard.backends.python.exec_env import ExecEnv
 from modelyard.backends.python.restart import RestartPolicy
 from modelyard.backends.python.worker_health import WorkerHealth
-from modelyard.core import shared_memory
 from modelyard.errors import Cancelled, ErrorCode, InternalError, ModelyardError
+from modelyard.serving import shm_regions
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferResponse, Tensor
 
 log = logging.getLogger("modelyard")
@@ -109,7 +109,7 @@ class PythonWorker(WorkerHealth):
         # Client shm regions this worker may have mapped (client_regions.py), by token.
         self._region_tokens: set[int] = set()
         self._direct_outputs = (spec.config_json, client_regions.direct_outputs(spec.config_json))
-        shared_memory.on_region_released(self._region_released)
+        shm_regions.on_region_released(self._region_released)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

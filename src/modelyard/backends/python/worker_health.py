@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from modelyard.backends.base import Instance
+from modelyard.backends.instance import Instance
 from modelyard.backends.python import ipc, shm
 from modelyard.backends.python.readiness import UserReadiness, check_result
 from modelyard.backends.python.restart import Supervisor, describe_exit

@@ -17,7 +17,6 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 
-from modelyard.core.shared_memory import cuda_unsupported
 from modelyard.errors import (
     InternalError,
     InvalidArgument,
@@ -28,6 +27,7 @@ from modelyard.errors import (
 from modelyard.frontends.grpc import codec, extensions
 from modelyard.frontends.grpc.stream import run_stream
 from modelyard.frontends.grpc.wire import EncodedResponse, WireInferRequest
+from modelyard.serving.shm_regions import cuda_unsupported
 from modelyard.types import InferRequest, InferResponse
 
 log = logging.getLogger("modelyard")

@@ -12,7 +12,6 @@ import binascii
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from modelyard.core.shared_memory import cuda_unsupported
 from modelyard.errors import InternalError, InvalidArgument, Unavailable, Unsupported
 from modelyard.frontends.http import codec
 from modelyard.frontends.http.util import (
@@ -24,6 +23,7 @@ from modelyard.frontends.http.util import (
     message_response,
     read_body,
 )
+from modelyard.serving.shm_regions import cuda_unsupported
 
 if TYPE_CHECKING:
     from modelyard.core.server import InferenceServer

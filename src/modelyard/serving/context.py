@@ -1,13 +1,12 @@
-"""The one interface every backend's instances implement, and the per-request context.
+"""The per-request context that core, schedulers and backends pass along.
 
 The scheduler hands an instance a batch of :class:`RequestContext`; the instance delivers each
 request's responses through ``ctx.send`` (exactly one final response per request, or several
-for decoupled models) and returns when ``execute`` has returned in the model.
+for decoupled models).
 """
 
 from __future__ import annotations
 
-import abc
 import itertools
 import logging
 import time
@@ -16,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from modelyard.errors import Cancelled
+from modelyard.serving.deadlock import release
 from modelyard.types import InferResponse as InferResponseCls
 
 if TYPE_CHECKING:
-    from modelyard.core.stats import ModelStats
+    from modelyard.serving.stats import ModelStats
     from modelyard.types import InferRequest, InferResponse
 
 log = logging.getLogger("modelyard")
@@ -42,7 +42,7 @@ class RequestContext:
     on_response: ResponseCallback
     cancelled: bool = False
     done: bool = False
-    # Instances blocked until this request completes (BLS callers); see core/bls.py.
+    # Instances blocked until this request completes (BLS callers); see backends/python/server/bls.py.
     chain: frozenset[str] = frozenset()
     batch_size: int = 1  # the request's own batch dimension (1 for non-batching models)
     # For a blocking BLS call: the instance whose execute waits on it, and where it queued.
@@ -55,7 +55,7 @@ class RequestContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
     on_cancel: Callable[[], None] | None = None
-    # More listeners (BLS calls this request made, see core/bls.py), by token.
+    # More listeners (BLS calls this request made, see backends/python/server/bls.py), by token.
     cancel_hooks: dict[int, Callable[[], None]] | None = None
     # Set by schedulers that can run a request again (iterative sequences): the model released
     # it with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE.
@@ -109,8 +109,6 @@ class RequestContext:
         if response.final:
             self.done = True
             if self.caller:
-                from modelyard.scheduling.deadlock import release
-
                 release(self)
             if self.stats is not None:
                 t1 = time.monotonic_ns()
@@ -138,45 +136,3 @@ class RequestContext:
         if not self.t_start:
             return "REJECTED" if code == "UNAVAILABLE" else "OTHER"
         return "BACKEND"
-
-
-class Instance(abc.ABC):
-    """One model instance: a worker process, an in-process object, an ORT session..."""
-
-    name: str
-
-    @abc.abstractmethod
-    async def start(self) -> None:
-        """Load and initialize; raise ModelyardError with the model's message on failure."""
-
-    @abc.abstractmethod
-    async def execute(self, batch: list[RequestContext]) -> None:
-        """Run one batch; responses go to each context's ``send``."""
-
-    @abc.abstractmethod
-    async def stop(self) -> None:
-        """Finalize and release everything; never raises."""
-
-    # Called (no arguments) when the instance becomes healthy again after a restart; set by
-    # the scheduler that owns the instance, so requests it held back can go.
-    health_listener: Callable[[], None] | None = None
-
-    @property
-    def healthy(self) -> bool:
-        """Initialized and live: a batch handed over now runs."""
-        return True
-
-    @property
-    def not_ready_reason(self) -> str:
-        """Why the instance is not healthy ("" when it is)."""
-        return ""
-
-    async def check_ready(self) -> str | None:
-        """None when ready, else why not (the model's own readiness check included, for
-        instances that have one). Bounded: never waits long on the model."""
-        return None if self.healthy else self.not_ready_reason
-
-    def abort(self) -> None:
-        """The shutdown deadline passed: release what the instance holds now (kill its
-        process), without waiting for the model. Requests still in flight were answered."""
-        return None

@@ -10,17 +10,23 @@ instance busy, A→B→A, and cycles spread over several instances.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from modelyard.backends.base import Instance, RequestContext
+    from modelyard.serving.context import RequestContext
 
 # instance name -> the BLS request its blocked execute waits on
 WAITING: dict[str, RequestContext] = {}
 
 
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
 class _Placed(Protocol):
-    def instances_busy(self) -> list[tuple[Instance, bool]]:
+    def instances_busy(self) -> Iterable[tuple[_Named, bool]]:
         """Every instance of the model with whether it is busy."""
 
 
