@@ -15,8 +15,8 @@ from typing import Any
 from modelyard import logs
 from modelyard.cli.frontend_flags import FrontendOptions, frontend_options
 from modelyard.cli.main import parse_backend_config
+from modelyard.core.api import InferenceServer, ServerOptions
 from modelyard.core.lifecycle import LoadOptions
-from modelyard.core.server import InferenceServer, ServerOptions
 from modelyard.fdlimit import raise_fd_limit
 from modelyard.heap import retain_freed_memory
 

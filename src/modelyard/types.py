@@ -136,7 +136,7 @@ class InferRequest:
     flags: int = 0  # SEQUENCE_START | SEQUENCE_END
     priority: int = 0
     timeout_us: int = 0
-    # Inputs / outputs bound to client shared-memory regions (core/shared_memory.ClientRef by
+    # Inputs / outputs bound to client shared-memory regions (serving/shm_regions.ClientRef by
     # tensor name): a Python worker maps those regions itself instead of copying.
     shm_inputs: dict[str, Any] | None = None
     shm_outputs: dict[str, Any] | None = None

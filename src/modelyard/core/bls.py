@@ -20,7 +20,7 @@ from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, Tensor
 
 if TYPE_CHECKING:
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
 

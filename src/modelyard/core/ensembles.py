@@ -26,8 +26,8 @@ from modelyard.scheduling.ensemble import EnsembleScheduler, Step, steps_from_co
 from modelyard.serving.stats import ModelStats
 
 if TYPE_CHECKING:
+    from modelyard.core.api import InferenceServer
     from modelyard.core.lifecycle import ModelVersion
-    from modelyard.core.server import InferenceServer
 
 # A step model still loading is waited for this long (model initialization can be slow).
 STEP_LOAD_WAIT_S = 600.0

@@ -15,7 +15,7 @@ from modelyard.metrics.custom import labels_text, number
 from modelyard.serving.stats import FAILURE_REASONS, ModelStats
 
 if TYPE_CHECKING:
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 _CACHED = "(includes cached requests)"
 _NOT_CACHED = "(does not include cached requests)"

@@ -19,7 +19,7 @@ import tritonclient.http.aio as aioclient
 from tritonclient.http import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
-from modelyard.core.server import SERVER_VERSION
+from modelyard.core.api import SERVER_VERSION
 from tests.frontends.http.conftest import LOADED, call
 from tests.serverproc import ServerProcess
 

@@ -37,7 +37,7 @@ from modelyard.types import InferResponse, Tensor, datatype_of
 
 if TYPE_CHECKING:
     from modelyard.backends.python.worker import WorkerSpec
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
 

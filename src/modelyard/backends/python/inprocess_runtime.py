@@ -29,7 +29,7 @@ from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor
 
 if TYPE_CHECKING:
     from modelyard.backends.python.inprocess import InProcessInstance
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
 

@@ -37,7 +37,7 @@ _REPOSITORY_NAME_UNSUPPORTED = "'repository_name' specification is not supported
 
 
 class Core(Protocol):
-    """The part of ``core.server.InferenceServer`` this frontend uses (``shm_*`` optional)."""
+    """The part of ``core.api.InferenceServer`` this frontend uses (``shm_*`` optional)."""
 
     def is_live(self) -> bool: ...
     def is_ready(self) -> bool: ...

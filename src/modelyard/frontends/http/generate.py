@@ -22,7 +22,7 @@ from modelyard.frontends.http.util import JSON_HEADERS, Request, Response, read_
 from modelyard.types import InferRequest, InferResponse, Tensor
 
 if TYPE_CHECKING:
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 _ONE_RESPONSE = (
     "generate expects model to produce exactly 1 response, use generate stream for model "

@@ -26,7 +26,7 @@ from modelyard.frontends.http.util import (
 from modelyard.serving.shm_regions import cuda_unsupported
 
 if TYPE_CHECKING:
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 
 async def _maybe_await(value: Any) -> Any:

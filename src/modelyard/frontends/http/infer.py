@@ -20,7 +20,7 @@ from modelyard.frontends.http.util import JSON_HEADERS, Buffer, Request, Respons
 from modelyard.types import InferRequest, InferResponse, config_datatype
 
 if TYPE_CHECKING:
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 # Bodies above this size are (de)compressed in a worker thread (zlib releases the GIL).
 _OFFLOAD_BYTES = 1 << 20

@@ -51,7 +51,7 @@ from modelyard.frontends.http.util import (
 )
 
 if TYPE_CHECKING:
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
 

@@ -462,7 +462,7 @@ class InferenceServer:
             return {"model_stats": [entry.versions[v].stats.as_dict()]}  # type: ignore[index]
         return {"model_stats": [mv.stats.as_dict() for _, mv in sorted(entry.versions.items())]}
 
-    # -- system shared memory (core/shared_memory.py) ----------------------------------------
+    # -- system shared memory (serving/shm_regions.py) ----------------------------------------
 
     def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         self.shared_memory.register(name, key, offset, byte_size)
