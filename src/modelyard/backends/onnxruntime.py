@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from modelyard.backends.instance import Instance
-from modelyard.backends.native import Arrays, Layout, ModelRunner, NativeInstance
+from modelyard.backends.tensor_runtime import Arrays, Layout, ModelRunner, TensorRuntimeInstance
 from modelyard.config.auto_complete import autocomplete_max_batch_size
 from modelyard.config.normalize import normalize_model_config
 from modelyard.errors import ConfigError, InvalidArgument, ModelyardError
@@ -281,7 +281,7 @@ def create_instances(cfg: Any, model_dir: str, version: int) -> list[Instance]:
     instances: list[Instance] = []
     for group in cfg.instance_group:
         for i in range(max(1, int(group.count))):
-            instances.append(NativeInstance(
+            instances.append(TensorRuntimeInstance(
                 f"{group.name}_{i}", cfg.name, layout,
                 lambda: OrtRunner(_open_session(cfg, path, session_options(cfg))),
                 "onnx runtime error",

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from modelyard.backends.instance import Instance
-from modelyard.backends.native import Arrays, Layout, ModelRunner, NativeInstance
+from modelyard.backends.tensor_runtime import Arrays, Layout, ModelRunner, TensorRuntimeInstance
 from modelyard.errors import ConfigError, InternalError, InvalidArgument, ModelyardError
 
 log = logging.getLogger("modelyard")
@@ -210,6 +210,6 @@ def create_instances(cfg: Any, model_dir: str, version: int) -> list[Instance]:
     instances: list[Instance] = []
     for group in cfg.instance_group:
         for i in range(max(1, int(group.count))):
-            instances.append(NativeInstance(f"{group.name}_{i}", cfg.name, layout,
+            instances.append(TensorRuntimeInstance(f"{group.name}_{i}", cfg.name, layout,
                                             lambda: _open(cfg, path), "pytorch error"))  # fmt: skip
     return instances

@@ -21,7 +21,7 @@ from modelyard.config.normalize import normalize_config
 from modelyard.config.pbtxt import load_config_file
 from modelyard.config.repository import available_versions, select_versions
 from modelyard.config.validate import validate_config
-from modelyard.core.native import is_native, load_native_model
+from modelyard.core.tensor_models import is_tensor_model, load_tensor_model
 from modelyard.core.validation import ModelSignature, signature_from_config
 from modelyard.core.warmup import warm_up
 from modelyard.errors import ModelyardError, Unsupported, VersionLoadError
@@ -120,8 +120,8 @@ async def load_model(
         from modelyard.core.ensembles import load_ensemble
 
         return await load_ensemble(name, model_dir, cfg, handlers.core)  # type: ignore[attr-defined]
-    if is_native(cfg):
-        return await load_native_model(name, model_dir, cfg, opts)
+    if is_tensor_model(cfg):
+        return await load_tensor_model(name, model_dir, cfg, opts)
     if cfg.backend != "python":
         raise Unsupported(
             f"model '{name}': backend '{cfg.backend or cfg.platform or 'unknown'}' is not supported"

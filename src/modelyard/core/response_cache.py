@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from modelyard import codec
+from modelyard import tensor_bytes
 from modelyard.serving.context import RequestContext
 from modelyard.serving.stats import ModelStats
 from modelyard.types import InferRequest, InferResponse, ParamValue, Tensor
@@ -104,7 +104,7 @@ class ResponseCache:
             if data is None:
                 h.update(bytes(t.raw or b""))
             elif data.dtype.kind == "O":
-                h.update(codec.serialize_bytes(data))
+                h.update(tensor_bytes.serialize_bytes(data))
             else:
                 h.update(
                     np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
@@ -133,7 +133,7 @@ class ResponseCache:
             if t.data is not None:
                 array = _frozen(t.data)
             else:
-                array = _frozen(codec.array_from_raw(t.datatype, t.shape, t.raw or b""))
+                array = _frozen(tensor_bytes.array_from_raw(t.datatype, t.shape, t.raw or b""))
             outputs.append((t.name, t.datatype, t.shape, array))
             size += _nbytes(array) + _OBJECT_OVERHEAD
         entry = _Entry(outputs, dict(response.parameters), size)

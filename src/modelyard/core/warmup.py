@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from modelyard import codec
+from modelyard import tensor_bytes
 from modelyard.backends.instance import Instance
 from modelyard.errors import InvalidArgument, ModelyardError, VersionLoadError
 from modelyard.serving.context import RequestContext
@@ -75,7 +75,7 @@ def _from_file(model_dir: str, filename: str, datatype: str, count: int,
         raise InvalidArgument(f"failed to open text file for read {path}: {e.strerror}") from None
     if datatype == "BYTES":
         try:
-            elements = codec.deserialize_bytes(content)
+            elements = tensor_bytes.deserialize_bytes(content)
         except ValueError as e:
             raise InvalidArgument(
                 f"warmup data file {filename} holds malformed BYTES: {e}"
@@ -84,7 +84,7 @@ def _from_file(model_dir: str, filename: str, datatype: str, count: int,
             raise InvalidArgument(
                 f"warmup data file {filename} holds {len(elements)} strings, expected {count}"
             )
-        return codec.bytes_array(elements, shape)
+        return tensor_bytes.bytes_array(elements, shape)
     dtype = numpy_dtype(datatype)
     size = count * dtype.itemsize
     if size > len(content):

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from modelyard import codec
+from modelyard import tensor_bytes
 from modelyard.errors import (
     AlreadyExists,
     InternalError,
@@ -323,7 +323,7 @@ def _write(tensor: Tensor, target: OutputTarget) -> int:
     if tensor.data is not None:
         array = tensor.data
         if tensor.datatype == "BYTES":
-            payload: Any = np.frombuffer(codec.serialize_bytes(array), np.uint8)
+            payload: Any = np.frombuffer(tensor_bytes.serialize_bytes(array), np.uint8)
         else:
             payload = np.asarray(array, dtype=numpy_dtype(tensor.datatype))
     elif tensor.raw is not None:

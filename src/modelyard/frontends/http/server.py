@@ -38,7 +38,7 @@ from modelyard.frontends.http.errors import (
 from modelyard.frontends.http.generate import handle_generate
 from modelyard.frontends.http.infer import handle_infer
 from modelyard.frontends.http.limits import HttpLimits
-from modelyard.frontends.http.util import (
+from modelyard.frontends.http.request_response import (
     TEXT_HEADERS,
     ClientGone,
     Receive,

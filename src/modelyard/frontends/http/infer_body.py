@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from modelyard import codec as core_codec
+from modelyard import tensor_bytes
 from modelyard.errors import InternalError, InvalidArgument, ModelyardError
 from modelyard.frontends.http import jsondata
 from modelyard.frontends.http.limits import (
@@ -396,7 +396,7 @@ def raw_infer_request(
                 "[request id: <id_unknown>] "
                 f"For BYTE datatype raw input '{name}', the model must have input shape [1]"
             )
-        tensor.data = core_codec.bytes_array([bytes(mv)], tuple(shape))
+        tensor.data = tensor_bytes.bytes_array([bytes(mv)], tuple(shape))
     else:
         if dynamic_axis != -1:
             element_size = ELEMENT_SIZE.get(datatype, 1)
@@ -421,7 +421,7 @@ def _binary_of(tensor: Tensor) -> Body:
         return raw
     array = tensor.data
     if tensor.datatype == "BYTES":
-        return core_codec.serialize_bytes(array)
+        return tensor_bytes.serialize_bytes(array)
     if array.size == 0:
         return b""
     if array.dtype.byteorder == ">":
@@ -436,7 +436,7 @@ def _array_of(tensor: Tensor) -> np.ndarray[Any, Any]:
     if tensor.data is not None:
         return tensor.data
     raw = tensor.raw if tensor.raw is not None else b""
-    return core_codec.array_from_raw(tensor.datatype, tensor.shape, raw)
+    return tensor_bytes.array_from_raw(tensor.datatype, tensor.shape, raw)
 
 
 def _response_parameters(params: dict[str, ParamValue]) -> dict[str, ParamValue]:

@@ -14,7 +14,7 @@ import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from modelyard import codec as tensor_codec
+from modelyard import tensor_bytes
 from modelyard.errors import ErrorCode, InvalidArgument, ModelyardError
 from modelyard.frontends.grpc.wire import Buffer, EncodedResponse, WireInferRequest
 from modelyard.types import (
@@ -265,13 +265,13 @@ def _typed_contents(tensor: Any, model: str) -> Buffer:
         if np_type is None:
             arr = np.empty(len(values), dtype=np.object_)
             arr[:] = list(values)
-            raw = tensor_codec.serialize_bytes(arr)
+            raw = tensor_bytes.serialize_bytes(arr)
         else:
             arr = np.array(values, dtype=np_type)
             target = numpy_dtype(carried)
             if arr.dtype != target:
                 arr = arr.astype(target)  # INT8/INT16/UINT8/UINT16: keep the low bytes
-            raw = tensor_codec.raw_from_array(carried, arr)
+            raw = tensor_bytes.raw_from_array(carried, arr)
     return raw
 
 
@@ -392,7 +392,7 @@ def _output_bytes(tensor: Tensor) -> Buffer:
         return tensor.raw
     if tensor.data is None or _SHM_REGION in tensor.parameters:
         return b""  # written to shared memory (or no data): an empty entry keeps alignment
-    return tensor_codec.raw_from_array(tensor.datatype, tensor.data)
+    return tensor_bytes.raw_from_array(tensor.datatype, tensor.data)
 
 
 def encode_infer_response(response: InferResponse, final: bool | None = None) -> EncodedResponse:

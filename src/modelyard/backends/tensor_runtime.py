@@ -65,7 +65,7 @@ class Layout:
                    tuple(spec(o) for o in cfg.output))  # fmt: skip
 
 
-class NativeInstance(Instance):
+class TensorRuntimeInstance(Instance):
     """One model instance of a tensor runtime: its own runner and its own thread."""
 
     def __init__(self, name: str, model_name: str, layout: Layout,

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from modelyard.core.lifecycle import LoadOptions, ModelVersion
     from modelyard.scheduling.base import Scheduler
 
-NATIVE_BACKENDS = ("onnxruntime", "pytorch")
-NATIVE_PLATFORMS = ("onnxruntime_onnx", "pytorch_libtorch")
+TENSOR_BACKENDS = ("onnxruntime", "pytorch")
+TENSOR_PLATFORMS = ("onnxruntime_onnx", "pytorch_libtorch")
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's --backend-config default-max-batch-size
 
 
@@ -40,13 +40,13 @@ def _default_max_batch_size(opts: LoadOptions, backend: str) -> int:
                              "integer") from None  # fmt: skip
 
 
-def is_native(cfg: Any) -> bool:
+def is_tensor_model(cfg: Any) -> bool:
     """Served here: named by backend, or by platform alone (normalization fills the backend)."""
-    return cfg.backend in NATIVE_BACKENDS or (not cfg.backend and cfg.platform in NATIVE_PLATFORMS)
+    return cfg.backend in TENSOR_BACKENDS or (not cfg.backend and cfg.platform in TENSOR_PLATFORMS)
 
 
 def _backend_module(backend: str) -> Any:
-    if backend not in NATIVE_BACKENDS:
+    if backend not in TENSOR_BACKENDS:
         raise Unsupported(f"backend '{backend}' is not supported")
     if backend == "onnxruntime":
         from modelyard.backends import onnxruntime
@@ -81,7 +81,7 @@ def make_scheduler(name: str, instances: list[Instance], cfg: Any) -> Scheduler:
     return DefaultScheduler(name, instances)
 
 
-async def load_native_model(name: str, model_dir: str, cfg: Any,
+async def load_tensor_model(name: str, model_dir: str, cfg: Any,
                             opts: LoadOptions) -> list[ModelVersion]:  # fmt: skip
     """Load every version the policy selects of an onnxruntime or pytorch model."""
     from modelyard.core.lifecycle import ModelVersion
