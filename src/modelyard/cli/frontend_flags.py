@@ -2,14 +2,13 @@
 
 ``--http-restricted-api`` / ``--grpc-restricted-protocol`` and ``--http-max-input-size`` are
 Triton's, with Triton's start-up errors; the other limits are modelyard's (Triton leaves
-them to libevhtp). Values are checked when the server starts (``frontend_options``).
+them to libevhtp). Values are checked when the server starts (``frontends/options.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from modelyard.frontends.http.limits import (
     DEFAULT_IDLE_TIMEOUT_S,
@@ -17,15 +16,10 @@ from modelyard.frontends.http.limits import (
     DEFAULT_MAX_HEADER_SIZE,
     DEFAULT_MAX_INPUT_SIZE,
     DEFAULT_READ_TIMEOUT_S,
-    HttpLimits,
-    default_max_connections,
 )
 from modelyard.frontends.restricted import (
     GROUPS,
     GRPC_HEADER_PREFIX,
-    RestrictionError,
-    Restrictions,
-    parse_restrictions,
 )
 
 
@@ -73,35 +67,3 @@ def add_frontend_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--http-idle-timeout", type=_positive(float), metavar="SECONDS",
                    default=DEFAULT_IDLE_TIMEOUT_S,
                    help="how long an idle keep-alive HTTP connection stays open")  # fmt: skip
-
-
-@dataclass
-class FrontendOptions:
-    http_limits: HttpLimits
-    http_restrictions: Restrictions
-    grpc_restrictions: Restrictions
-
-
-def frontend_options(args: argparse.Namespace, fd_limit: int) -> FrontendOptions:
-    """The frontends' settings; raises SystemExit with Triton's message for a bad value."""
-    if args.http_max_input_size <= 0:
-        raise SystemExit("Error: --http-max-input-size must be greater than 0.")
-    limits = HttpLimits(
-        max_input_size=args.http_max_input_size,
-        max_header_size=args.http_max_header_size,
-        max_body_size=args.http_max_body_size,
-        read_timeout=args.http_read_timeout,
-        idle_timeout=args.http_idle_timeout,
-        max_connections=args.http_max_connections or default_max_connections(fd_limit),
-    )
-    flags = (
-        ("http-restricted-api", args.http_restricted_api, "api", ""),
-        ("grpc-restricted-protocol", args.grpc_restricted_protocol, "protocol", GRPC_HEADER_PREFIX),
-    )
-    parsed: list[Restrictions] = []
-    for option, values, kind, prefix in flags:
-        try:
-            parsed.append(parse_restrictions(values, option, kind, prefix))
-        except RestrictionError as e:
-            raise SystemExit(f'Bad option: "--{option}".\n{e}') from None
-    return FrontendOptions(limits, parsed[0], parsed[1])

@@ -138,17 +138,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_backend_config(items: Sequence[str]) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for item in items:
-        backend, sep, setting = item.partition(",")
-        key, eq, value = setting.partition("=")
-        if not sep or not eq or not backend or not key:
-            raise SystemExit(f"--backend-config expects BACKEND,KEY=VALUE, got '{item}'")
-        out.setdefault(backend, {})[key] = value
-    return out
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
