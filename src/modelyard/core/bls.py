@@ -13,8 +13,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from modelyard.backends.python import ipc, shm
-from modelyard.backends.python.worker import PythonWorker, WorkerHandlers
+from modelyard.backends.python.protocol import framing, tensor_pool
+from modelyard.backends.python.server.process_instance import PythonWorker, WorkerHandlers
 from modelyard.errors import Cancelled, ErrorCode, ModelyardError
 from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, Tensor
@@ -194,12 +194,12 @@ class CoreHandlers(WorkerHandlers):
 
     def _send_control(self, worker: PythonWorker, call_id: int, ok: bool, payload: Any) -> None:
         with contextlib.suppress(ModelyardError, ConnectionError):
-            worker.send(ipc.CONTROL_RESULT, call_id, ok, payload)
+            worker.send(framing.CONTROL_RESULT, call_id, ok, payload)
 
     def _request(self, worker: PythonWorker, spec: dict[str, Any]) -> InferRequest:
         inputs = []
         for packed in spec["inputs"]:
-            name, datatype, arr = shm.unpack(packed, worker.mapper)
+            name, datatype, arr = tensor_pool.unpack(packed, worker.mapper)
             inputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
         from modelyard.types import RequestedOutput
 
@@ -221,6 +221,6 @@ class CoreHandlers(WorkerHandlers):
 
     def _reply(self, worker: PythonWorker, call_id: int, payload: Any, final: bool) -> None:
         try:
-            worker.send(ipc.BLS_RESPONSE, call_id, payload, final)
+            worker.send(framing.BLS_RESPONSE, call_id, payload, final)
         except (ModelyardError, ConnectionError):
             pass  # the caller's process is gone

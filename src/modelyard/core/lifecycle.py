@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelyard.backends.instance import Instance
-from modelyard.backends.python.backend import (
+from modelyard.backends.python.server.backend import (
     PythonBackendOptions,
     create_instances,
     prepare_exec_env,
     run_auto_complete,
 )
-from modelyard.backends.python.worker import PythonWorker, WorkerHandlers
+from modelyard.backends.python.server.process_instance import PythonWorker, WorkerHandlers
 from modelyard.config import render
 from modelyard.config.normalize import normalize_config
 from modelyard.config.pbtxt import load_config_file

@@ -22,7 +22,7 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from modelyard.backends.python.restart import RestartPolicy, describe_exit
+from modelyard.backends.python.server.restart import RestartPolicy, describe_exit
 from tests.healthmodels import CRASHY, FLAKY, STEADY, write_model
 from tests.serverproc import ServerProcess, start_server
 
@@ -213,7 +213,7 @@ def _worker_pid(server_pid: int) -> int:
                 cmdline = f.read()
         except OSError:
             continue
-        if ppid == server_pid and b"modelyard.backends.python.stub" in cmdline:
+        if ppid == server_pid and b"modelyard.backends.python.worker" in cmdline:
             found.append(int(entry))
     assert len(found) == 1, found
     return found[0]

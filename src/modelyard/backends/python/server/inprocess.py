@@ -19,24 +19,24 @@ from typing import TYPE_CHECKING, Any
 
 import triton_python_backend_utils as pb
 from modelyard.backends.instance import Instance
-from modelyard.backends.python import release
-from modelyard.backends.python.inprocess_runtime import (
+from modelyard.backends.python.protocol import release_flags
+from modelyard.backends.python.server.inprocess_runtime import (
     PARENTS,
     TLS,
     InProcessRuntime,
     on_loop,
     tensor_data,
 )
-from modelyard.backends.python.isolation import import_isolated
-from modelyard.backends.python.readiness import UserReadiness, check_result
-from modelyard.backends.python.stub import format_exception
-from modelyard.backends.python.stub_runtime import error_code_name
+from modelyard.backends.python.server.isolation import import_isolated
+from modelyard.backends.python.server.readiness import UserReadiness, check_result
+from modelyard.backends.python.worker.runtime import error_code_name
+from modelyard.backends.python.worker.stub import format_exception
 from modelyard.errors import ErrorCode, InternalError, ModelyardError
 from modelyard.serving.context import RequestContext
 from modelyard.types import InferResponse, Tensor, datatype_of
 
 if TYPE_CHECKING:
-    from modelyard.backends.python.worker import WorkerSpec
+    from modelyard.backends.python.server.process_instance import WorkerSpec
     from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
@@ -54,7 +54,7 @@ class InProcessInstance(Instance):
         self._outputs: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self.sync_execute = False
-        self.iterative = release.is_iterative(spec.config_json)
+        self.iterative = release_flags.is_iterative(spec.config_json)
         self._user_ready = UserReadiness(self.name, self._probe_is_ready)
         self._ready_thread: ThreadPoolExecutor | None = None  # runs a sync is_ready()
 
@@ -218,8 +218,8 @@ class InProcessInstance(Instance):
                 f"size is:{len(returned)}\n"
             )
         for req, resp in zip(requests, returned, strict=True):
-            if resp is not None and req._release_flags & release.RESCHEDULE:
-                raise _BatchError(release.returned_for_rescheduled(resp))
+            if resp is not None and req._release_flags & release_flags.RESCHEDULE:
+                raise _BatchError(release_flags.returned_for_rescheduled(resp))
             if resp is not None and not isinstance(resp, pb.InferenceResponse):
                 raise _BatchError(
                     "Expected an 'InferenceResponse' object in the execute function return list, "
@@ -237,14 +237,14 @@ class InProcessInstance(Instance):
 
     def _release(self, batch: list[RequestContext], requests: list[Any]) -> None:
         """Requests the model rescheduled go back to the scheduler (iterative sequences)."""
-        indices = release.rescheduled(requests)
+        indices = release_flags.rescheduled(requests)
         if not indices:
             return
         if not self.iterative:
-            release.refuse(pb, requests, indices)
+            release_flags.refuse(pb, requests, indices)
             return
         for i in indices:
-            release.reschedule(batch[i])
+            release_flags.reschedule(batch[i])
 
     def _fail(self, batch: list[RequestContext], detail: str) -> None:
         err = InternalError(

@@ -10,7 +10,7 @@ import queue
 import threading
 from typing import Any
 
-from modelyard.backends.python import ipc
+from modelyard.backends.python.protocol import framing
 
 
 class StubReadiness:
@@ -33,11 +33,11 @@ class StubReadiness:
             try:
                 ready = self._check()
             except BaseException as e:  # the model's code may raise anything
-                from modelyard.backends.python.stub import format_exception
+                from modelyard.backends.python.worker.stub import format_exception
 
-                self._stub.send(ipc.RESULT, call_id, False, ("INTERNAL", format_exception(e)))
+                self._stub.send(framing.RESULT, call_id, False, ("INTERNAL", format_exception(e)))
                 continue
-            self._stub.send(ipc.RESULT, call_id, True, ready)
+            self._stub.send(framing.RESULT, call_id, True, ready)
 
     def _check(self) -> Any:
         """What ``is_ready()`` returned (the server checks that it is a bool)."""

@@ -1,7 +1,7 @@
 """The worker process: imports one model.py and runs its TritonPythonModel.
 
-Started by the server as ``python -m modelyard.backends.python.stub FD SHM_PREFIX``. The main
-thread runs auto_complete_config / initialize / execute / finalize in order, one at a time, as
+Started by the server as ``python -m modelyard.backends.python.worker FD SHM_PREFIX``
+(``__main__.py``). The main thread runs auto_complete_config / initialize / execute / finalize in order, one at a time, as
 Triton's stub does; frames are read by whichever thread waits (baton.py).
 """
 
@@ -13,25 +13,25 @@ import json
 import logging
 import os
 import queue
-import signal
 import socket
 import sys
 import threading
 import traceback
 from typing import Any
 
-from modelyard.backends.python import ipc, shm
-from modelyard.backends.python.baton import ReadBaton
-from modelyard.backends.python.client_regions import ClientRegions, RegionError
-from modelyard.backends.python.release import is_iterative
-from modelyard.backends.python.stub_bls import PARENTS
-from modelyard.backends.python.stub_readiness import StubReadiness
+import modelyard
+from modelyard.backends.python.protocol import framing, tensor_pool
+from modelyard.backends.python.protocol.client_regions import ClientRegions, RegionError
+from modelyard.backends.python.protocol.release_flags import is_iterative
+from modelyard.backends.python.worker.baton import ReadBaton
+from modelyard.backends.python.worker.bls_client import PARENTS
+from modelyard.backends.python.worker.readiness import StubReadiness
 
 log = logging.getLogger("modelyard.stub")
 
 
 # Frames from the server's own code are hidden: in Triton they are C++ and never show.
-_SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+_SRC = os.path.dirname(os.path.dirname(os.path.abspath(modelyard.__file__)))
 _OWN_CODE = tuple(
     os.path.join(_SRC, pkg) + os.sep for pkg in ("modelyard", "triton_python_backend_utils")
 )
@@ -52,10 +52,10 @@ def format_exception(exc: BaseException) -> str:
 
 class Stub:
     def __init__(self, sock: socket.socket, shm_prefix: str):
-        self.chan = ipc.BlockingChannel(sock)
+        self.chan = framing.BlockingChannel(sock)
         self.baton = ReadBaton(self.chan, sock.fileno(), self._dispatch)
-        self.pool = shm.ShmPool(shm_prefix, enabled=True)
-        self.mapper = shm.ShmMapper(self._released)
+        self.pool = tensor_pool.ShmPool(shm_prefix, enabled=True)
+        self.mapper = tensor_pool.ShmMapper(self._released)
         self.regions = ClientRegions()  # client shm regions the server passes by reference
         self._to_free: list[str] = []
         self._free_lock = threading.Lock()
@@ -81,7 +81,7 @@ class Stub:
             with self._free_lock:
                 names, self._to_free = self._to_free, []
             if names:
-                self.chan.send((ipc.FREE, names))
+                self.chan.send((framing.FREE, names))
         self.chan.send(message)
 
     def reader(self) -> None:
@@ -109,17 +109,17 @@ class Stub:
             self.work.put(None)
             return False
         kind = msg[0]
-        if kind == ipc.FREE:
+        if kind == framing.FREE:
             self.pool.release(msg[1])
-        elif kind == ipc.FORGET_REGIONS:
+        elif kind == framing.FORGET_REGIONS:
             self.regions.forget(msg[1])
-        elif kind == ipc.METRICS:  # answered here: the main thread may be in execute
+        elif kind == framing.METRICS:  # answered here: the main thread may be in execute
             from triton_python_backend_utils._metrics import snapshot
 
-            self.send(ipc.RESULT, msg[1], True, snapshot())
-        elif kind == ipc.IS_READY:  # answered off the main thread: execute may be running
+            self.send(framing.RESULT, msg[1], True, snapshot())
+        elif kind == framing.IS_READY:  # answered off the main thread: execute may be running
             self.readiness.ask(msg[1])
-        elif kind in (ipc.BLS_RESPONSE, ipc.CONTROL_RESULT, ipc.CANCEL):
+        elif kind in (framing.BLS_RESPONSE, framing.CONTROL_RESULT, framing.CANCEL):
             if self.runtime is not None:
                 self.runtime.deliver(msg)
         else:
@@ -128,7 +128,7 @@ class Stub:
 
     def run(self) -> None:
         threading.Thread(target=self.reader, name="modelyard-reader", daemon=True).start()
-        self.send(ipc.READY)
+        self.send(framing.READY)
         while True:
             msg = self._next_work()
             if msg is None:
@@ -136,26 +136,26 @@ class Stub:
             self.baton.busy()
             kind, call_id, payload = msg
             try:
-                if kind == ipc.EXECUTE:
+                if kind == framing.EXECUTE:
                     result: Any = self.execute(call_id, payload)
-                elif kind == ipc.AUTOCOMPLETE:
+                elif kind == framing.AUTOCOMPLETE:
                     result = self.autocomplete(*payload)
-                elif kind == ipc.INIT:
+                elif kind == framing.INIT:
                     self.initialize(payload)
                     result = hasattr(self.model, "is_ready")  # no IPC at all for models without
-                elif kind == ipc.FINALIZE:
+                elif kind == framing.FINALIZE:
                     self.finalize()
-                    self.send(ipc.RESULT, call_id, True, None)
+                    self.send(framing.RESULT, call_id, True, None)
                     break
                 else:
                     raise RuntimeError(f"unknown command {kind!r}")
             except _Failure as f:
-                self.send(ipc.RESULT, call_id, False, (f.code, f.message))
+                self.send(framing.RESULT, call_id, False, (f.code, f.message))
                 continue
             except BaseException as e:  # the model's code may raise anything
-                self.send(ipc.RESULT, call_id, False, ("INTERNAL", format_exception(e)))
+                self.send(framing.RESULT, call_id, False, ("INTERNAL", format_exception(e)))
                 continue
-            self.send(ipc.RESULT, call_id, True, result)
+            self.send(framing.RESULT, call_id, True, result)
         self.pool.close()
 
     # -- model lifecycle -------------------------------------------------------------------
@@ -169,7 +169,7 @@ class Stub:
             if p not in sys.path:
                 sys.path.append(p)
         import triton_python_backend_utils as pb
-        from modelyard.backends.python.stub_runtime import StubRuntime
+        from modelyard.backends.python.worker.runtime import StubRuntime
 
         self.pb = pb
         self.runtime = StubRuntime(self, spec)
@@ -291,7 +291,7 @@ class Stub:
                     returned = None
                 else:
                     self._finish_async(call_id, requests, returned)
-                    return ipc.ASYNC_ACCEPTED
+                    return framing.ASYNC_ACCEPTED
             results = self.runtime.collect_responses(requests, returned)
             return self.runtime.release(requests, results)
         except _Failure as f:
@@ -315,41 +315,18 @@ class Stub:
                 results = self.runtime.collect_responses(requests, f.result())
                 results = self.runtime.release(requests, results)
             except _Failure as e:
-                self.send(ipc.RESPONSES, call_id, False, ("INTERNAL", self._batch_error(e.message)))
+                self.send(framing.RESPONSES, call_id, False, ("INTERNAL", self._batch_error(e.message)))
             except BaseException as e:
                 self.send(
-                    ipc.RESPONSES,
+                    framing.RESPONSES,
                     call_id,
                     False,
                     ("INTERNAL", self._batch_error(format_exception(e))),
                 )
             else:
-                self.send(ipc.RESPONSES, call_id, True, results)
+                self.send(framing.RESPONSES, call_id, True, results)
 
         fut.add_done_callback(done)
-
-
-class _ServerLog(logging.Handler):
-    """The worker's own log lines (e.g. an error of a decoupled model's background coroutine)
-    go to the server log like the model's Logger lines, at their file and line."""
-
-    def __init__(self, stub: Stub) -> None:
-        super().__init__()
-        self.stub = stub
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            level = record.levelno
-            pb_level = 2 if level >= logging.ERROR else 1 if level >= logging.WARNING else 0
-            if level < logging.INFO:
-                pb_level = 3
-            text = self.format(record)
-            try:
-                self.stub.send(ipc.LOG, pb_level, text, record.pathname, record.lineno)
-            except OSError:  # the server is gone: keep the line anyway
-                sys.stderr.write(text + "\n")
-        except Exception:
-            self.handleError(record)
 
 
 class _Failure(Exception):
@@ -357,41 +334,3 @@ class _Failure(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-def main() -> None:
-    # Run as __main__: make `import modelyard.backends.python.stub` (stub_runtime does) find
-    # this very module, so its _Failure is the class execute() catches.
-    sys.modules.setdefault("modelyard.backends.python.stub", sys.modules[__name__])
-    fd = int(sys.argv[1])
-    prefix = sys.argv[2]
-    # Shutdown is message-driven (as Triton's stub): a Ctrl-C at the terminal reaches the whole
-    # process group, and the server finalizes us in order.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sock = socket.socket(fileno=fd)
-    stub = Stub(sock, prefix)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the model's own logging
-    own = logging.getLogger("modelyard")
-    own.handlers[:] = [_ServerLog(stub)]
-    own.propagate = False
-    parent = os.getppid()
-
-    def watch_parent() -> None:
-        # Exit on our own if the server dies without closing the socket cleanly.
-        while True:
-            threading.Event().wait(1.0)
-            if os.getppid() != parent:
-                stub.pool.close()
-                os._exit(1)
-
-    threading.Thread(target=watch_parent, name="modelyard-parent-watch", daemon=True).start()
-    try:
-        stub.run()
-    finally:
-        stub.pool.close()
-    sys.stdout.flush()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """What a worker instance's health is made of: a live, initialized process; restarts with
 backoff when it dies (restart.py); and the model's own ``is_ready()`` (readiness.py).
 
-A base of :class:`~modelyard.backends.python.worker.PythonWorker`, which owns the process,
+A base of :class:`~.process_instance.PythonWorker`, which owns the process,
 the channel and the shared-memory pool these methods work on.
 """
 
@@ -11,13 +11,13 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from modelyard.backends.instance import Instance
-from modelyard.backends.python import ipc, shm
-from modelyard.backends.python.readiness import UserReadiness, check_result
-from modelyard.backends.python.restart import Supervisor, describe_exit
+from modelyard.backends.python.protocol import framing, tensor_pool
+from modelyard.backends.python.server.readiness import UserReadiness, check_result
+from modelyard.backends.python.server.restart import Supervisor, describe_exit
 from modelyard.errors import ModelyardError
 
 if TYPE_CHECKING:
-    from modelyard.backends.python.worker import WorkerSpec
+    from modelyard.backends.python.server.process_instance import WorkerSpec
 
 
 class WorkerHealth(Instance):
@@ -26,11 +26,11 @@ class WorkerHealth(Instance):
     _initialized: bool  # ... and its model's initialize succeeded
     _stopping: bool
     _prefix: str
-    _pool: shm.ShmPool
-    mapper: shm.ShmMapper
+    _pool: tensor_pool.ShmPool
+    mapper: tensor_pool.ShmMapper
     _region_tokens: set[int]
     _proc: asyncio.subprocess.Process | None
-    _proto: ipc.FrameProtocol | None
+    _proto: framing.FrameProtocol | None
 
     def _init_health(self) -> None:
         self._sup = Supervisor(self.name, self.spec.restart, self._respawn, self._reap)
@@ -78,7 +78,7 @@ class WorkerHealth(Instance):
 
     async def _probe_is_ready(self) -> bool:
         try:
-            return check_result(await self._call(ipc.IS_READY, None, None, "is_ready"))
+            return check_result(await self._call(framing.IS_READY, None, None, "is_ready"))
         except ModelyardError:
             if not self._alive:
                 raise ModelyardError(
@@ -91,7 +91,7 @@ class WorkerHealth(Instance):
         self._sup.cancel()
         self.kill()
         self._pool.close()
-        shm.sweep(self._prefix + "-")
+        tensor_pool.sweep(self._prefix + "-")
 
     def _recovered(self) -> None:
         if self.health_listener is not None:
@@ -100,8 +100,8 @@ class WorkerHealth(Instance):
     async def _respawn(self) -> None:
         """One restart attempt: a fresh process, and the model's initialize."""
         self._pool.close()
-        shm.sweep(self._prefix + "-")
-        self._pool = shm.ShmPool(self._prefix + "-s", enabled=self.spec.shm_enabled)
+        tensor_pool.sweep(self._prefix + "-")
+        self._pool = tensor_pool.ShmPool(self._prefix + "-s", enabled=self.spec.shm_enabled)
         self.mapper.forget_prefix(self._prefix)
         self._region_tokens.clear()
         self._user_ready.forget()

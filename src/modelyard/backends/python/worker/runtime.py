@@ -10,8 +10,8 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from modelyard.backends.python import client_regions, ipc, shm
-from modelyard.backends.python.release import (
+from modelyard.backends.python.protocol import client_regions, framing, tensor_pool
+from modelyard.backends.python.protocol.release_flags import (
     RESCHEDULE,
     is_iterative,
     refuse,
@@ -21,7 +21,7 @@ from modelyard.backends.python.release import (
 from modelyard.types import datatype_of
 
 if TYPE_CHECKING:
-    from modelyard.backends.python.stub import Stub
+    from modelyard.backends.python.worker.stub import Stub
 
 log = logging.getLogger("modelyard.stub")
 
@@ -41,7 +41,7 @@ class StubRuntime:
         import triton_python_backend_utils as pb
 
         self.pb = pb
-        from modelyard.backends.python.stub_bls import BlsClient
+        from modelyard.backends.python.worker.bls_client import BlsClient
 
         self.bls = BlsClient(self)
         self.cancelled: set[int] = set()
@@ -64,7 +64,7 @@ class StubRuntime:
                 arr = self.stub.regions.input(payload, packed[1], packed[2])
                 tensors.append(pb.Tensor._from_server(packed[0], arr))
                 continue
-            name, _datatype, arr = shm.unpack(packed, self.stub.mapper)
+            name, _datatype, arr = tensor_pool.unpack(packed, self.stub.mapper)
             tensors.append(pb.Tensor._from_server(name, arr))
         if output_names is None:
             output_names = self.all_outputs
@@ -103,7 +103,7 @@ class StubRuntime:
                     outputs.append((name, datatype_of(arr.dtype), tuple(arr.shape),
                                     (client_regions.WRITTEN, written)))  # fmt: skip
                     continue
-            outputs.append(shm.pack(name, datatype_of(arr.dtype), arr, self.stub.pool))
+            outputs.append(tensor_pool.pack(name, datatype_of(arr.dtype), arr, self.stub.pool))
         return ("ok", outputs, response._params or None)
 
     def collect_responses(self, requests: list[Any], returned: Any) -> list[Any]:
@@ -159,7 +159,7 @@ class StubRuntime:
     def _send(self, key: int, response: Any, flags: int, output_names: list[str] | None,
               dests: dict[str, Any] | None = None) -> None:  # fmt: skip
         payload = None if response is None else self.pack_response(response, output_names, dests)
-        self.stub.send(ipc.SEND, key, payload, flags)
+        self.stub.send(framing.SEND, key, payload, flags)
         if flags & 1 and self.cancelled:
             self.cancelled.discard(key)  # answered: nothing will ask about it again
 
@@ -171,7 +171,7 @@ class StubRuntime:
         def done(f: Any) -> None:
             exc = f.exception()
             if exc is not None:
-                from modelyard.backends.python.stub import format_exception
+                from modelyard.backends.python.worker.stub import format_exception
 
                 log.error("%s", format_exception(exc))
                 return
@@ -185,7 +185,7 @@ class StubRuntime:
 
     def log(self, level: int, message: str, filename: str, line: int) -> None:
         try:
-            self.stub.send(ipc.LOG, level, message, filename, line)
+            self.stub.send(framing.LOG, level, message, filename, line)
         except OSError:  # the server is gone (e.g. a model thread logging during shutdown)
             from triton_python_backend_utils._runtime import print_log
 
@@ -199,7 +199,7 @@ class StubRuntime:
     def deliver(self, msg: tuple[Any, ...]) -> None:
         """A BLS response, control result or cancellation from the server (on the thread that
         read it, see baton.py)."""
-        if msg[0] == ipc.CANCEL:
+        if msg[0] == framing.CANCEL:
             self.cancelled.update(msg[1])
             return
         self.bls.deliver(msg)
@@ -221,7 +221,7 @@ class StubRuntime:
     def _control(self, op: str, *args: Any) -> Any:
         ok, payload = self.bls.control(op, args)
         if not ok:
-            text = ipc.control_error_text(op, self.spec["instance_name"], payload)
+            text = framing.control_error_text(op, self.spec["instance_name"], payload)
             raise self.pb.TritonModelException(text)
         return payload
 
@@ -236,6 +236,6 @@ class StubRuntime:
 
 
 def _failure(message: str) -> Exception:
-    from modelyard.backends.python.stub import _Failure
+    from modelyard.backends.python.worker.stub import _Failure
 
     return _Failure("INTERNAL", message)

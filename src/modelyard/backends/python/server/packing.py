@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelyard.backends.python import client_regions, shm
+from modelyard.backends.python.protocol import client_regions, tensor_pool
 from modelyard.errors import ErrorCode, ModelyardError
 from modelyard.serving import shm_regions
 from modelyard.serving.context import RequestContext
 from modelyard.types import InferResponse, Tensor
 
 
-def pack_request(key: int, ctx: RequestContext, pool: shm.ShmPool, region_tokens: set[int],
+def pack_request(key: int, ctx: RequestContext, pool: tensor_pool.ShmPool, region_tokens: set[int],
                  may_write_outputs: bool) -> tuple[Any, ...]:  # fmt: skip
     """The EXECUTE item for one request; ``region_tokens`` collects the client regions the
     worker may map because of it."""
@@ -30,7 +30,7 @@ def pack_request(key: int, ctx: RequestContext, pool: shm.ShmPool, region_tokens
             r.parameters, r.timeout_us, r.model_name, r.model_version, dests)  # fmt: skip
 
 
-def _pack_input(t: Tensor, ref: Any, pool: shm.ShmPool, region_tokens: set[int]) -> shm.Packed:
+def _pack_input(t: Tensor, ref: Any, pool: tensor_pool.ShmPool, region_tokens: set[int]) -> tensor_pool.Packed:
     """A reference to the client's region when the input is exactly a view of it (the
     worker maps the region itself), else a copy into the pool."""
     assert t.data is not None
@@ -41,11 +41,11 @@ def _pack_input(t: Tensor, ref: Any, pool: shm.ShmPool, region_tokens: set[int])
         if token in region_tokens or client_regions.still_registered_object(ref.info):
             region_tokens.add(token)
             return (t.name, t.datatype, tuple(t.data.shape), payload)
-    return shm.pack(t.name, t.datatype, t.data, pool)
+    return tensor_pool.pack(t.name, t.datatype, t.data, pool)
 
 
 def unpack_response(ctx: RequestContext, payload: Any, final: bool, version: str,
-                    mapper: shm.ShmMapper) -> InferResponse:  # fmt: skip
+                    mapper: tensor_pool.ShmMapper) -> InferResponse:  # fmt: skip
     req = ctx.request
     resp = InferResponse(req.model_name, version, req.id, final=final)
     if payload[0] == "err":
@@ -60,7 +60,7 @@ def unpack_response(ctx: RequestContext, payload: Any, final: bool, version: str
             resp.outputs.append(Tensor(packed[0], packed[1], packed[2], parameters={
                 shm_regions.REGION: region, shm_regions.BYTE_SIZE: data[1]}))  # fmt: skip
             continue
-        name, datatype, arr = shm.unpack(packed, mapper)
+        name, datatype, arr = tensor_pool.unpack(packed, mapper)
         resp.outputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
     if params:
         resp.parameters = params

@@ -17,11 +17,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from modelyard.backends.python import ipc, shm
+from modelyard.backends.python.protocol import framing, tensor_pool
 from modelyard.types import datatype_of
 
 if TYPE_CHECKING:
-    from modelyard.backends.python.stub_runtime import StubRuntime
+    from modelyard.backends.python.worker.runtime import StubRuntime
 
 _CODES = {"UNKNOWN": 0, "INTERNAL": 1, "NOT_FOUND": 2, "INVALID_ARG": 3, "UNAVAILABLE": 4,
           "UNSUPPORTED": 5, "ALREADY_EXISTS": 6, "CANCELLED": 7}  # fmt: skip
@@ -65,7 +65,7 @@ class BlsClient:
         inputs = []
         for t in request.inputs():
             arr = t.as_numpy()
-            inputs.append(shm.pack(t.name(), datatype_of(arr.dtype), arr, self.rt.stub.pool))
+            inputs.append(tensor_pool.pack(t.name(), datatype_of(arr.dtype), arr, self.rt.stub.pool))
         params = request._params
         if params is None:
             text = request.parameters()
@@ -98,12 +98,12 @@ class BlsClient:
         _, outputs, params = payload
         tensors = []
         for packed in outputs:
-            name, _dt, arr = shm.unpack(packed, self.rt.stub.mapper)
+            name, _dt, arr = tensor_pool.unpack(packed, self.rt.stub.mapper)
             tensors.append(pb.Tensor._from_server(name, arr))
         return pb.InferenceResponse._from_server(tensors, None, params or None)
 
     def _send(self, call_id: int, request: Any, decoupled: bool) -> None:
-        self.rt.stub.send(ipc.BLS, call_id, (self._pack(request), decoupled))
+        self.rt.stub.send(framing.BLS, call_id, (self._pack(request), decoupled))
 
     @staticmethod
     def _wait_s(request: Any) -> float:
@@ -123,7 +123,7 @@ class BlsClient:
         replies: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         call_id = self._register(replies.put)
         try:
-            self.rt.stub.send(ipc.CONTROL, call_id, (op, args))
+            self.rt.stub.send(framing.CONTROL, call_id, (op, args))
             msg = self._next_reply(replies, DEFAULT_WAIT_S)
         except queue.Empty:
             return False, f"model control '{op}' got no answer from the server"
@@ -245,7 +245,7 @@ class BlsStream:
 
     def cancel(self) -> None:
         if not self._ended:
-            self._client.rt.stub.send(ipc.BLS_CANCEL, self._call_id)
+            self._client.rt.stub.send(framing.BLS_CANCEL, self._call_id)
 
     def _end(self) -> None:
         self._ended = True

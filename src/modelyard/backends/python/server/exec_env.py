@@ -40,7 +40,7 @@ _PROBE_TIMEOUT_S = 120.0
 # on sys.path (the folder holds only modelyard and triton_python_backend_utils).
 _BOOTSTRAP = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-    "from modelyard.backends.python.stub import main; main()"
+    "from modelyard.backends.python.worker.__main__ import main; main()"
 )
 
 

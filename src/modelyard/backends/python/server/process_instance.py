@@ -1,8 +1,8 @@
 """Server side of one Python model instance running in its own worker process.
 
-The worker (stub.py) is a fresh interpreter started with ``-m modelyard.backends.python.stub``;
-it talks to us over a Unix socket pair (ipc.py) and moves large tensors through shared memory
-(shm.py). One ``execute`` runs at a time per instance, as in Triton.
+The worker (the worker part, ``worker/stub.py``) is a fresh interpreter started with
+``-m modelyard.backends.python.worker``; it talks to us over a Unix socket pair (framing.py) and
+moves large tensors through shared memory (tensor_pool.py). One ``execute`` runs at a time per instance, as in Triton.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import modelyard
 from modelyard import logs
-from modelyard.backends.python import client_regions, ipc, packing, release, shm
-from modelyard.backends.python.exec_env import ExecEnv
-from modelyard.backends.python.restart import RestartPolicy
-from modelyard.backends.python.worker_health import WorkerHealth
+from modelyard.backends.python.protocol import client_regions, framing, release_flags, tensor_pool
+from modelyard.backends.python.server import packing
+from modelyard.backends.python.server.exec_env import ExecEnv
+from modelyard.backends.python.server.restart import RestartPolicy
+from modelyard.backends.python.server.worker_health import WorkerHealth
 from modelyard.errors import Cancelled, ErrorCode, InternalError, ModelyardError
 from modelyard.serving import shm_regions
 from modelyard.serving.context import RequestContext
@@ -32,6 +34,7 @@ from modelyard.types import InferResponse, Tensor
 log = logging.getLogger("modelyard")
 
 _worker_ids = itertools.count(1)
+WORKER_MODULE = "modelyard.backends.python.worker"  # the worker process's entry (__main__.py)
 
 
 @dataclass
@@ -70,7 +73,7 @@ class WorkerHandlers:
 
     def on_control(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
         worker.send(
-            ipc.CONTROL_RESULT, call_id, False, ("UNSUPPORTED", "model control is not available")
+            framing.CONTROL_RESULT, call_id, False, ("UNSUPPORTED", "model control is not available")
         )
 
 
@@ -81,8 +84,8 @@ class PythonWorker(WorkerHealth):
         self.handlers = handlers or WorkerHandlers()
         self._wid = next(_worker_ids)
         self._prefix = f"modelyard-{os.getpid()}-{self._wid}"
-        self._pool = shm.ShmPool(self._prefix + "-s", enabled=spec.shm_enabled)
-        self.mapper = shm.ShmMapper(self._on_segment_released)
+        self._pool = tensor_pool.ShmPool(self._prefix + "-s", enabled=spec.shm_enabled)
+        self.mapper = tensor_pool.ShmMapper(self._on_segment_released)
         self._running: list[RequestContext] = []
         # A batch sent while another runs: the worker starts it the moment the running one
         # ends, without waiting for this process to notice and dispatch (see can_stage).
@@ -91,7 +94,7 @@ class PythonWorker(WorkerHealth):
         self.can_stage = spec.pipeline
         self._to_free: list[str] = []
         self._flush_scheduled = False
-        self._proto: ipc.FrameProtocol | None = None
+        self._proto: framing.FrameProtocol | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._calls: dict[int, asyncio.Future[Any]] = {}
@@ -124,7 +127,7 @@ class PythonWorker(WorkerHealth):
         if env is not None:
             command, environ = env.command(*args), env.environ
         else:
-            command = [self.spec.python, "-m", "modelyard.backends.python.stub", *args]
+            command = [self.spec.python, "-m", WORKER_MODULE, *args]
             environ = _worker_env()
         try:
             self._proc = await asyncio.create_subprocess_exec(
@@ -133,16 +136,16 @@ class PythonWorker(WorkerHealth):
         finally:
             child.close()
         _, proto = await self._loop.create_unix_connection(
-            lambda: ipc.FrameProtocol(self._on_message, self._on_lost), sock=parent
+            lambda: framing.FrameProtocol(self._on_message, self._on_lost), sock=parent
         )
         self._proto = proto
         self._alive = True
-        await self._call(ipc.READY, None, self.spec.start_timeout, "start")
+        await self._call(framing.READY, None, self.spec.start_timeout, "start")
 
     async def autocomplete(self, config: dict[str, Any]) -> dict[str, Any]:
         """Run the model's auto_complete_config on ``config`` (Triton's dict shape)."""
         result: dict[str, Any] = await self._call(
-            ipc.AUTOCOMPLETE,
+            framing.AUTOCOMPLETE,
             (self._spec_payload(), config),
             self.spec.init_timeout,
             "auto-complete",
@@ -156,7 +159,7 @@ class PythonWorker(WorkerHealth):
         self._started = True
 
     async def _initialize(self) -> None:
-        result = await self._call(ipc.INIT, self._spec_payload(), self.spec.init_timeout,
+        result = await self._call(framing.INIT, self._spec_payload(), self.spec.init_timeout,
                                   "initialize")  # fmt: skip
         self._has_is_ready = bool(result)
         self._initialized = True
@@ -168,7 +171,7 @@ class PythonWorker(WorkerHealth):
         self._sup.cancel()
         if self._alive:
             try:
-                await self._call(ipc.FINALIZE, None, 30.0, "finalize")
+                await self._call(framing.FINALIZE, None, 30.0, "finalize")
             except ModelyardError as e:
                 log.warning("finalize of %s: %s", self.name, e.message)
         if self._proto is not None and self._proto.transport is not None:
@@ -181,7 +184,7 @@ class PythonWorker(WorkerHealth):
                 await self._proc.wait()
         self._alive = False
         self._pool.close()
-        shm.sweep(self._prefix + "-")
+        tensor_pool.sweep(self._prefix + "-")
 
     def kill(self) -> None:
         if self._proc is not None and self._proc.returncode is None:
@@ -202,17 +205,17 @@ class PythonWorker(WorkerHealth):
         if self._proto is None:
             raise InternalError(f"Stub process '{self.name}' is not healthy.")
         if self._to_free:
-            self._proto.send((ipc.FREE, self._to_free))
+            self._proto.send((framing.FREE, self._to_free))
             self._to_free = []
         self._proto.send(message)
 
     async def _call(self, kind: str, payload: Any, timeout: float | None, what: str) -> Any:
         assert self._loop is not None
-        call_id = next(self._call_ids) if kind != ipc.READY else 0
+        call_id = next(self._call_ids) if kind != framing.READY else 0
         fut: asyncio.Future[Any] = self._calls.get(call_id) or self._loop.create_future()
         self._calls[call_id] = fut
         try:
-            if kind != ipc.READY:
+            if kind != framing.READY:
                 self.send(kind, call_id, payload)
             return await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
@@ -232,7 +235,7 @@ class PythonWorker(WorkerHealth):
         fut: asyncio.Future[Any] = self._loop.create_future()
         self._calls[call_id] = fut
         try:
-            self.send(ipc.METRICS, call_id)
+            self.send(framing.METRICS, call_id)
             result: list[dict[str, Any]] = await asyncio.wait_for(fut, timeout)
             return result
         except (asyncio.TimeoutError, ModelyardError, ConnectionError):
@@ -248,16 +251,16 @@ class PythonWorker(WorkerHealth):
         fut: asyncio.Future[Any] = self._loop.create_future()
         self._calls[call_id] = fut
         try:
-            self.send(ipc.EXECUTE, call_id, items)
+            self.send(framing.EXECUTE, call_id, items)
             return call_id, await fut
         finally:
             self._calls.pop(call_id, None)
 
     def _on_message(self, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
-        if kind == ipc.SEND:
+        if kind == framing.SEND:
             self._on_send(msg[1], msg[2], msg[3])
-        elif kind == ipc.RESULT:
+        elif kind == framing.RESULT:
             fut = self._calls.get(msg[1])
             if fut is not None and not fut.done():
                 ok, payload = msg[2], msg[3]
@@ -266,21 +269,21 @@ class PythonWorker(WorkerHealth):
                 else:
                     code, text = payload
                     fut.set_exception(ModelyardError(text, ErrorCode(code)))
-        elif kind == ipc.READY:
+        elif kind == framing.READY:
             fut = self._calls.get(0)
             if fut is not None and not fut.done():
                 fut.set_result(None)
-        elif kind == ipc.FREE:
+        elif kind == framing.FREE:
             self._pool.release(msg[1])
-        elif kind == ipc.RESPONSES:
+        elif kind == framing.RESPONSES:
             self._on_async_results(msg[1], msg[2], msg[3])
-        elif kind == ipc.LOG:
+        elif kind == framing.LOG:
             self.handlers.on_log(msg[1], msg[2], msg[3], msg[4], self.name)
-        elif kind == ipc.BLS:
+        elif kind == framing.BLS:
             self.handlers.on_bls(self, msg[1], msg[2])
-        elif kind == ipc.BLS_CANCEL:
+        elif kind == framing.BLS_CANCEL:
             self.handlers.on_bls_cancel(self, msg[1])
-        elif kind == ipc.CONTROL:
+        elif kind == framing.CONTROL:
             self.handlers.on_control(self, msg[1], msg[2])
 
     def _on_lost(self) -> None:
@@ -324,14 +327,14 @@ class PythonWorker(WorkerHealth):
     def _send_forget(self, token: int) -> None:
         if self._proto is not None:
             with contextlib.suppress(ConnectionError):
-                self._proto.send((ipc.FORGET_REGIONS, [token]))
+                self._proto.send((framing.FORGET_REGIONS, [token]))
 
     def _flush_free(self) -> None:
         self._flush_scheduled = False
         if self._to_free and self._proto is not None:
             names, self._to_free = self._to_free, []
             with contextlib.suppress(ConnectionError):
-                self._proto.send((ipc.FREE, names))
+                self._proto.send((framing.FREE, names))
 
     # -- execution ---------------------------------------------------------------------------
 
@@ -342,9 +345,9 @@ class PythonWorker(WorkerHealth):
             chain |= ctx.chain
         return frozenset(chain)
 
-    def pack_tensor(self, t: Tensor) -> shm.Packed:
+    def pack_tensor(self, t: Tensor) -> tensor_pool.Packed:
         assert t.data is not None
-        return shm.pack(t.name, t.datatype, t.data, self._pool)
+        return tensor_pool.pack(t.name, t.datatype, t.data, self._pool)
 
     async def execute(self, batch: list[RequestContext]) -> None:
         """Run ``batch``. At most one more batch may be staged while one runs (the scheduler
@@ -392,7 +395,7 @@ class PythonWorker(WorkerHealth):
             self._finished(batch)
             if self._alive:  # the worker lived through a batch: its next crash is news
                 self._sup.served = True
-        if results == ipc.ASYNC_ACCEPTED:
+        if results == framing.ASYNC_ACCEPTED:
             # `async def execute`: the coroutine runs on in the worker and this instance
             # takes the next batch; results come later in a RESPONSES frame (which may
             # have been read already, in the same chunk as the RESULT frame).
@@ -437,12 +440,12 @@ class PythonWorker(WorkerHealth):
         for i in again:
             ctx = self._live.pop(keys[i], None)
             if ctx is not None:
-                release.reschedule(ctx)
+                release_flags.reschedule(ctx)
 
     def _send_cancel(self, key: int) -> None:
         if key in self._live and self._proto is not None:
             with contextlib.suppress(ConnectionError):
-                self._proto.send((ipc.CANCEL, [key]))
+                self._proto.send((framing.CANCEL, [key]))
 
     def _fail(self, keys: list[int], err: ModelyardError) -> None:
         for key in keys:
@@ -493,7 +496,7 @@ class PythonWorker(WorkerHealth):
         ctx.send(resp)
 
     def send_bls_error(self, call_id: int, message: str, code: str) -> None:
-        self.send(ipc.BLS_RESPONSE, call_id, ("err", message, code), True)
+        self.send(framing.BLS_RESPONSE, call_id, ("err", message, code), True)
 
 
 def _error_response(ctx: RequestContext, err: ModelyardError) -> InferResponse:
@@ -504,7 +507,7 @@ def _error_response(ctx: RequestContext, err: ModelyardError) -> InferResponse:
 def _worker_env() -> dict[str, str]:
     env = dict(os.environ)
     # The worker must import this very modelyard and pb_utils, wherever they are installed.
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(modelyard.__file__)))
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from modelyard.backends.python.ipc import BlockingChannel
+from modelyard.backends.python.protocol.framing import BlockingChannel
 
 LONG_RUN_S = 0.002  # the reader thread reads once the main thread has been busy this long
 IDLE_CHECK_S = 0.02  # while the main thread waits, the reader thread checks in this often

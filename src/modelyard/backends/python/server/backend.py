@@ -10,9 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelyard.backends.instance import Instance
-from modelyard.backends.python import exec_env
-from modelyard.backends.python.restart import RestartPolicy
-from modelyard.backends.python.worker import PythonWorker, WorkerHandlers, WorkerSpec
+from modelyard.backends.python.server import exec_env
+from modelyard.backends.python.server.process_instance import (
+    PythonWorker,
+    WorkerHandlers,
+    WorkerSpec,
+)
+from modelyard.backends.python.server.restart import RestartPolicy
 from modelyard.config.render import config_to_json
 from modelyard.errors import ConfigError, ErrorCode, VersionLoadError
 
@@ -197,7 +201,7 @@ async def run_auto_complete(
     check_stub_name(cfg.name, version)
     spec = _spec(cfg, model_dir, version, f"{cfg.name}_autocomplete", "CPU", opts, "{}", env)
     if execution_mode(cfg, opts) == "in-process":
-        from modelyard.backends.python.isolation import auto_complete_in_process
+        from modelyard.backends.python.server.isolation import auto_complete_in_process
 
         completed = await auto_complete_in_process(
             spec.model_file, cfg.name, config_to_autocomplete_dict(cfg)
@@ -229,7 +233,7 @@ def create_instances(
             check_stub_name(name, version)
             spec = _spec(cfg, model_dir, version, name, kind, opts, config_json, env)
             if mode == "in-process":
-                from modelyard.backends.python.inprocess import InProcessInstance
+                from modelyard.backends.python.server.inprocess import InProcessInstance
 
                 instances.append(InProcessInstance(spec, handlers.core))  # type: ignore[attr-defined]
             elif first is not None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import triton_python_backend_utils as pb
 from modelyard import logs
-from modelyard.backends.python import ipc
+from modelyard.backends.python.protocol import framing
 from modelyard.core.bls import link_to_parents
 from modelyard.core.validation import validate
 from modelyard.errors import InternalError, ModelyardError
@@ -28,7 +28,7 @@ from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor, datatype_of
 
 if TYPE_CHECKING:
-    from modelyard.backends.python.inprocess import InProcessInstance
+    from modelyard.backends.python.server.inprocess import InProcessInstance
     from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
@@ -231,7 +231,7 @@ class InProcessRuntime:
             return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=600)
         except ModelyardError as e:
             instance = self.instance.name if self.instance is not None else ""
-            raise pb.TritonModelException(ipc.control_error_text(op, instance, e.message)) from None
+            raise pb.TritonModelException(framing.control_error_text(op, instance, e.message)) from None
 
     def load_model(self, name: str, config: str, files: dict[str, bytes] | None) -> None:
         self._control(
