@@ -19,7 +19,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from modelyard.backends.python.protocol.client_regions import ClientRegions
+from modelyard.backends.python.worker.region_maps import ClientRegions
 from tests.serverproc import ServerProcess, start_server
 
 pytestmark = pytest.mark.timeout(120)

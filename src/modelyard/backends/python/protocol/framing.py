@@ -44,20 +44,6 @@ BLS_CANCEL = "bls-cancel"  # (kind, call_id): ResponseIterator.cancel() of a dec
 CONTROL = "control"  # load_model / unload_model / is_model_ready from a model
 
 
-# What a failed model-control call raises in the model, as Triton words it: the operation's
-# prefix, then the stub's "request for model '<instance>'" wrapper around the server's error.
-_CONTROL_PREFIX = {
-    "load": "Failed to load model: ",
-    "unload": "Failed to unload model: ",
-    "ready": "Failed to check model readiness: ",
-}
-
-
-def control_error_text(op: str, instance: str, message: str) -> str:
-    prefix = _CONTROL_PREFIX.get(op, "")
-    return f"{prefix}Failed to process the request for model '{instance}', message: {message}"
-
-
 def encode(message: tuple[Any, ...]) -> bytes:
     body = pickle.dumps(message, protocol=5)
     return _HEADER.pack(len(body)) + body

@@ -1,4 +1,5 @@
-"""Request release flags set by a model (``request.set_release_flags``), both execution modes.
+"""Request release flags set by a model (``request.set_release_flags``): the model side, the
+same in both execution modes (``server/reschedule.py`` is the server side).
 
 ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`` asks for the request to be executed again
 (Triton's iterative sequences). Only a model configured with
@@ -12,9 +13,6 @@ from __future__ import annotations
 import json
 import logging
 from typing import Any
-
-from modelyard.errors import InvalidArgument
-from modelyard.serving.context import RequestContext
 
 log = logging.getLogger("modelyard")
 
@@ -60,21 +58,3 @@ def refuse(pb: Any, requests: list[Any], indices: list[int]) -> None:
             )
         except pb.TritonModelException:
             pass  # already answered and closed
-
-
-def reschedule(ctx: RequestContext) -> None:
-    """Server side: hand a request the model rescheduled back to its scheduler."""
-    if ctx.done:
-        return
-    ctx.on_cancel = None  # the next execution installs its own
-    if ctx.reschedule is None:
-        r = ctx.request
-        from modelyard.types import InferResponse
-
-        ctx.send(
-            InferResponse(
-                r.model_name, r.model_version, r.id, error=InvalidArgument(NOT_CONFIGURED)
-            )
-        )
-        return
-    ctx.reschedule(ctx)

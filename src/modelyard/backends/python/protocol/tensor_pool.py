@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from modelyard.types import numpy_dtype
+from modelyard.types import datatype_of, numpy_dtype
 
 log = logging.getLogger("modelyard")
 
@@ -147,14 +147,24 @@ class ShmMapper:
             finally:
                 os.close(fd)
             self._maps[name] = mm
-        dtype = numpy_dtype(datatype)
-        base = np.frombuffer(mm, dtype=dtype, count=nbytes // dtype.itemsize)
+        base = flat_view(mm, datatype, nbytes)
         weakref.finalize(base, self._on_release, name)
         return base.reshape(shape)
 
     def forget_prefix(self, prefix: str) -> None:
         for name in [n for n in self._maps if n.startswith(prefix)]:
             self._maps.pop(name)
+
+
+def flat_view(buffer: Any, datatype: str, nbytes: int, offset: int = 0) -> np.ndarray[Any, Any]:
+    """A 1-D numpy view of ``nbytes`` of ``buffer`` at ``offset`` (a fixed-size datatype)."""
+    dtype = numpy_dtype(datatype)
+    return np.frombuffer(buffer, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
+
+
+def pack_array(name: str, array: np.ndarray[Any, Any], pool: ShmPool) -> Packed:
+    """:func:`pack` with the datatype of the array's dtype (a model's own array)."""
+    return pack(name, datatype_of(array.dtype), array, pool)
 
 
 def pack(name: str, datatype: str, array: np.ndarray[Any, Any], pool: ShmPool) -> Packed:

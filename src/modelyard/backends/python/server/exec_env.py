@@ -38,7 +38,7 @@ MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
 _PROBE_TIMEOUT_S = 120.0
 # The worker's entry point on the environment's interpreter: this server's worker code first
 # on sys.path (the folder holds only modelyard and triton_python_backend_utils).
-_BOOTSTRAP = (
+BOOTSTRAP = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
     "from modelyard.backends.python.worker.__main__ import main; main()"
 )
@@ -58,7 +58,7 @@ class ExecEnv:
     environ: dict[str, str] = field(default_factory=dict)
 
     def command(self, *args: str) -> list[str]:
-        return [self.python, "-c", _BOOTSTRAP, self.worker_path, *args]
+        return [self.python, "-c", BOOTSTRAP, self.worker_path, *args]
 
 
 def configured_path(parameters: object, model_dir: str) -> str:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import triton_python_backend_utils as pb
 from modelyard.backends.instance import Instance
 from modelyard.backends.python.protocol import release_flags
+from modelyard.backends.python.protocol.error_text import batch_error, format_exception
 from modelyard.backends.python.server.inprocess_runtime import (
     PARENTS,
     TLS,
@@ -29,8 +30,8 @@ from modelyard.backends.python.server.inprocess_runtime import (
 )
 from modelyard.backends.python.server.isolation import import_isolated
 from modelyard.backends.python.server.readiness import UserReadiness, check_result
+from modelyard.backends.python.server.reschedule import reschedule
 from modelyard.backends.python.worker.runtime import error_code_name
-from modelyard.backends.python.worker.stub import format_exception
 from modelyard.errors import ErrorCode, InternalError, ModelyardError
 from modelyard.serving.context import RequestContext
 from modelyard.types import InferResponse, Tensor, datatype_of
@@ -244,12 +245,10 @@ class InProcessInstance(Instance):
             release_flags.refuse(pb, requests, indices)
             return
         for i in indices:
-            release_flags.reschedule(batch[i])
+            reschedule(batch[i])
 
     def _fail(self, batch: list[RequestContext], detail: str) -> None:
-        err = InternalError(
-            f"Failed to process the request(s) for model '{self.name}', message: {detail}"
-        )
+        err = InternalError(batch_error(self.name, detail))
         for ctx in batch:
             r = ctx.request
             ctx.send(InferResponse(r.model_name, r.model_version, r.id, error=err))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import triton_python_backend_utils as pb
 from modelyard import logs
-from modelyard.backends.python.protocol import framing
+from modelyard.backends.python.protocol.error_text import control_error_text
 from modelyard.core.bls import link_to_parents
 from modelyard.core.validation import validate
 from modelyard.errors import InternalError, ModelyardError
@@ -231,7 +231,7 @@ class InProcessRuntime:
             return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=600)
         except ModelyardError as e:
             instance = self.instance.name if self.instance is not None else ""
-            raise pb.TritonModelException(framing.control_error_text(op, instance, e.message)) from None
+            raise pb.TritonModelException(control_error_text(op, instance, e.message)) from None
 
     def load_model(self, name: str, config: str, files: dict[str, bytes] | None) -> None:
         self._control(

@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 import triton_python_backend_utils as pb
-from modelyard.backends.python.worker.stub import format_exception
+from modelyard.backends.python.protocol.error_text import format_exception
 from modelyard.errors import InternalError, ModelyardError
 
 _import_lock = threading.Lock()

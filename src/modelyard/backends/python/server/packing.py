@@ -1,14 +1,20 @@
 """Requests into and responses out of a worker's frames: tensors go through the worker's
-shared-memory pool, or by reference to a client's registered region (client_regions.py)."""
+shared-memory pool, or by reference to a client's registered region (protocol/client_regions.py)."""
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
+import numpy as np
+
 from modelyard.backends.python.protocol import client_regions, tensor_pool
+from modelyard.backends.python.protocol.client_regions import INPUT
 from modelyard.errors import ErrorCode, ModelyardError
 from modelyard.serving import shm_regions
 from modelyard.serving.context import RequestContext
+from modelyard.serving.shm_regions import SHM_ROOT, ClientRef
 from modelyard.types import InferResponse, Tensor
 
 
@@ -25,7 +31,7 @@ def pack_request(key: int, ctx: RequestContext, pool: tensor_pool.ShmPool, regio
         dests = {}
         for name, ref in r.shm_outputs.items():
             region_tokens.add(ref.info[0])
-            dests[name] = client_regions.output_destination(ref)
+            dests[name] = output_destination(ref)
     return (key, r.id, r.correlation_id, r.flags, inputs, ctx.output_names,
             r.parameters, r.timeout_us, r.model_name, r.model_version, dests)  # fmt: skip
 
@@ -34,11 +40,11 @@ def _pack_input(t: Tensor, ref: Any, pool: tensor_pool.ShmPool, region_tokens: s
     """A reference to the client's region when the input is exactly a view of it (the
     worker maps the region itself), else a copy into the pool."""
     assert t.data is not None
-    payload = client_regions.input_payload(ref, t.data) if ref is not None else None
+    payload = input_payload(ref, t.data) if ref is not None else None
     if payload is not None:
         token = ref.info[0]
         # On first use, make sure the key still names the object the server registered.
-        if token in region_tokens or client_regions.still_registered_object(ref.info):
+        if token in region_tokens or still_registered_object(ref.info):
             region_tokens.add(token)
             return (t.name, t.datatype, tuple(t.data.shape), payload)
     return tensor_pool.pack(t.name, t.datatype, t.data, pool)
@@ -65,3 +71,40 @@ def unpack_response(ctx: RequestContext, payload: Any, final: bool, version: str
     if params:
         resp.parameters = params
     return resp
+
+
+# -- client shared-memory regions passed by reference (protocol/client_regions.py) ------------
+
+
+def input_payload(ref: ClientRef, array: np.ndarray[Any, Any]) -> tuple[Any, ...] | None:
+    """The reference that replaces a copy of ``array``, or None when ``array`` is not exactly
+    the region bytes the request bound (the core may have replaced or converted it)."""
+    if array.dtype.hasobject or not array.flags.c_contiguous or array.nbytes == 0:
+        return None
+    if array.ctypes.data != ref.addr or array.nbytes > ref.byte_size:
+        return None
+    return (INPUT, ref.info, ref.offset, int(array.nbytes))
+
+
+def still_registered_object(info: tuple[Any, ...]) -> bool:
+    """Whether the key still names the object the server mapped at registration (a client may
+    unlink and recreate it; the server then reads the old object, as Triton does)."""
+    try:
+        st = os.stat(os.path.join(SHM_ROOT, str(info[1]).lstrip("/")), follow_symlinks=False)
+    except (OSError, ValueError):
+        return False
+    return (st.st_dev, st.st_ino) == tuple(info[2])
+
+
+def direct_outputs(config_json: str) -> bool:
+    """Whether the worker may write outputs into client regions: not when the model's
+    responses are cached (a cached response must carry its data)."""
+    try:
+        cache = json.loads(config_json or "{}").get("response_cache") or {}
+    except (ValueError, AttributeError):
+        return False
+    return not cache.get("enable")
+
+
+def output_destination(ref: ClientRef) -> tuple[Any, ...]:
+    return (ref.info, ref.offset, ref.byte_size)

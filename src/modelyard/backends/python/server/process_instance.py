@@ -21,9 +21,10 @@ from typing import Any
 
 import modelyard
 from modelyard import logs
-from modelyard.backends.python.protocol import client_regions, framing, release_flags, tensor_pool
+from modelyard.backends.python.protocol import framing, tensor_pool
 from modelyard.backends.python.server import packing
 from modelyard.backends.python.server.exec_env import ExecEnv
+from modelyard.backends.python.server.reschedule import reschedule
 from modelyard.backends.python.server.restart import RestartPolicy
 from modelyard.backends.python.server.worker_health import WorkerHealth
 from modelyard.errors import Cancelled, ErrorCode, InternalError, ModelyardError
@@ -109,9 +110,9 @@ class PythonWorker(WorkerHealth):
         self._stopping = False
         self._started = False  # initialized once: a worker that dies from now on restarts
         self._init_health()
-        # Client shm regions this worker may have mapped (client_regions.py), by token.
+        # Client shm regions this worker may have mapped (protocol/client_regions.py), by token.
         self._region_tokens: set[int] = set()
-        self._direct_outputs = (spec.config_json, client_regions.direct_outputs(spec.config_json))
+        self._direct_outputs = (spec.config_json, packing.direct_outputs(spec.config_json))
         shm_regions.on_region_released(self._region_released)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -440,7 +441,7 @@ class PythonWorker(WorkerHealth):
         for i in again:
             ctx = self._live.pop(keys[i], None)
             if ctx is not None:
-                release_flags.reschedule(ctx)
+                reschedule(ctx)
 
     def _send_cancel(self, key: int) -> None:
         if key in self._live and self._proto is not None:
@@ -472,7 +473,7 @@ class PythonWorker(WorkerHealth):
         # The spec's config may change after __init__ (a worker spawned for auto-complete).
         config, ok = self._direct_outputs
         if config is not self.spec.config_json:
-            ok = client_regions.direct_outputs(self.spec.config_json)
+            ok = packing.direct_outputs(self.spec.config_json)
             self._direct_outputs = (self.spec.config_json, ok)
         return ok
 

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from modelyard.backends.python.protocol import framing, tensor_pool
-from modelyard.types import datatype_of
 
 if TYPE_CHECKING:
     from modelyard.backends.python.worker.runtime import StubRuntime
@@ -65,7 +64,7 @@ class BlsClient:
         inputs = []
         for t in request.inputs():
             arr = t.as_numpy()
-            inputs.append(tensor_pool.pack(t.name(), datatype_of(arr.dtype), arr, self.rt.stub.pool))
+            inputs.append(tensor_pool.pack_array(t.name(), arr, self.rt.stub.pool))
         params = request._params
         if params is None:
             text = request.parameters()

@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from modelyard.backends.python.protocol import framing
+from modelyard.backends.python.protocol.error_text import format_exception
 
 
 class StubReadiness:
@@ -33,8 +34,6 @@ class StubReadiness:
             try:
                 ready = self._check()
             except BaseException as e:  # the model's code may raise anything
-                from modelyard.backends.python.worker.stub import format_exception
-
                 self._stub.send(framing.RESULT, call_id, False, ("INTERNAL", format_exception(e)))
                 continue
             self._stub.send(framing.RESULT, call_id, True, ready)

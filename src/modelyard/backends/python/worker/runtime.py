@@ -11,6 +11,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from modelyard.backends.python.protocol import client_regions, framing, tensor_pool
+from modelyard.backends.python.protocol.error_text import control_error_text, format_exception
 from modelyard.backends.python.protocol.release_flags import (
     RESCHEDULE,
     is_iterative,
@@ -18,7 +19,7 @@ from modelyard.backends.python.protocol.release_flags import (
     rescheduled,
     returned_for_rescheduled,
 )
-from modelyard.types import datatype_of
+from modelyard.backends.python.worker.bls_client import BlsClient
 
 if TYPE_CHECKING:
     from modelyard.backends.python.worker.stub import Stub
@@ -41,8 +42,6 @@ class StubRuntime:
         import triton_python_backend_utils as pb
 
         self.pb = pb
-        from modelyard.backends.python.worker.bls_client import BlsClient
-
         self.bls = BlsClient(self)
         self.cancelled: set[int] = set()
         outputs = (
@@ -100,10 +99,9 @@ class StubRuntime:
             if dest is not None:  # the client wants it in its region: write it there
                 written = self.stub.regions.write(dest, arr)
                 if written is not None:
-                    outputs.append((name, datatype_of(arr.dtype), tuple(arr.shape),
-                                    (client_regions.WRITTEN, written)))  # fmt: skip
+                    outputs.append(client_regions.written_output(name, arr, written))
                     continue
-            outputs.append(tensor_pool.pack(name, datatype_of(arr.dtype), arr, self.stub.pool))
+            outputs.append(tensor_pool.pack_array(name, arr, self.stub.pool))
         return ("ok", outputs, response._params or None)
 
     def collect_responses(self, requests: list[Any], returned: Any) -> list[Any]:
@@ -171,8 +169,6 @@ class StubRuntime:
         def done(f: Any) -> None:
             exc = f.exception()
             if exc is not None:
-                from modelyard.backends.python.worker.stub import format_exception
-
                 log.error("%s", format_exception(exc))
                 return
             indices = rescheduled(requests)
@@ -221,7 +217,7 @@ class StubRuntime:
     def _control(self, op: str, *args: Any) -> Any:
         ok, payload = self.bls.control(op, args)
         if not ok:
-            text = framing.control_error_text(op, self.spec["instance_name"], payload)
+            text = control_error_text(op, self.spec["instance_name"], payload)
             raise self.pb.TritonModelException(text)
         return payload
 
@@ -236,6 +232,13 @@ class StubRuntime:
 
 
 def _failure(message: str) -> Exception:
-    from modelyard.backends.python.worker.stub import _Failure
+    return Failure("INTERNAL", message)
 
-    return _Failure("INTERNAL", message)
+
+class Failure(Exception):
+    """A call the worker answers with an error: Triton's code and text."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message

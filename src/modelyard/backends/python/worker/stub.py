@@ -16,38 +16,18 @@ import queue
 import socket
 import sys
 import threading
-import traceback
 from typing import Any
 
-import modelyard
 from modelyard.backends.python.protocol import framing, tensor_pool
-from modelyard.backends.python.protocol.client_regions import ClientRegions, RegionError
+from modelyard.backends.python.protocol.error_text import batch_error, format_exception
 from modelyard.backends.python.protocol.release_flags import is_iterative
 from modelyard.backends.python.worker.baton import ReadBaton
 from modelyard.backends.python.worker.bls_client import PARENTS
 from modelyard.backends.python.worker.readiness import StubReadiness
+from modelyard.backends.python.worker.region_maps import ClientRegions, RegionError
+from modelyard.backends.python.worker.runtime import Failure, StubRuntime
 
 log = logging.getLogger("modelyard.stub")
-
-
-# Frames from the server's own code are hidden: in Triton they are C++ and never show.
-_SRC = os.path.dirname(os.path.dirname(os.path.abspath(modelyard.__file__)))
-_OWN_CODE = tuple(
-    os.path.join(_SRC, pkg) + os.sep for pkg in ("modelyard", "triton_python_backend_utils")
-)
-
-
-def format_exception(exc: BaseException) -> str:
-    """Triton's (pybind11's) text for a Python error: type, message and the model's frames,
-    innermost first."""
-    lines = [f"{type(exc).__name__}: {exc}", "", "At:"]
-    frames = traceback.extract_tb(exc.__traceback__)
-    for fr in reversed(frames):
-        path = os.path.abspath(fr.filename)
-        if path.startswith(_OWN_CODE) or "/concurrent/futures/" in path:
-            continue
-        lines.append(f"  {fr.filename}({fr.lineno}): {fr.name}")
-    return "\n".join(lines) + "\n"
 
 
 class Stub:
@@ -149,7 +129,7 @@ class Stub:
                     break
                 else:
                     raise RuntimeError(f"unknown command {kind!r}")
-            except _Failure as f:
+            except Failure as f:
                 self.send(framing.RESULT, call_id, False, (f.code, f.message))
                 continue
             except BaseException as e:  # the model's code may raise anything
@@ -169,7 +149,7 @@ class Stub:
             if p not in sys.path:
                 sys.path.append(p)
         import triton_python_backend_utils as pb
-        from modelyard.backends.python.worker.runtime import StubRuntime
+
 
         self.pb = pb
         self.runtime = StubRuntime(self, spec)
@@ -179,16 +159,16 @@ class Stub:
         spec = self.spec
         path = spec["model_file"]
         if not path.endswith(".py"):
-            raise _Failure("INTERNAL", f"Model name must end with '.py', got '{path}'")
+            raise Failure("INTERNAL", f"Model name must end with '.py', got '{path}'")
         if not os.path.isfile(path):
-            raise _Failure("INTERNAL", f"Python model file not found in '{path}'")
+            raise Failure("INTERNAL", f"Python model file not found in '{path}'")
         version = os.path.basename(os.path.dirname(path))
         module_name = os.path.splitext(os.path.basename(path))[0]
         # The version folder is a namespace package, so `from . import x` works as in Triton.
         module = importlib.import_module(f"{version}.{module_name}")
         cls = getattr(module, "TritonPythonModel", None)
         if cls is None:
-            raise _Failure("INTERNAL", f"Python model '{path}' has no class 'TritonPythonModel'")
+            raise Failure("INTERNAL", f"Python model '{path}' has no class 'TritonPythonModel'")
         return cls
 
     def autocomplete(self, spec: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
@@ -200,7 +180,7 @@ class Stub:
         pb = self.pb
         result = fn(pb.ModelConfig(config))
         if not isinstance(result, pb.ModelConfig):
-            raise _Failure(
+            raise Failure(
                 "INTERNAL",
                 f"auto_complete_config function in model '{spec['model_name']}' must return "
                 "a valid pb.ModelConfig object.",
@@ -268,14 +248,14 @@ class Stub:
 
     def execute(self, call_id: int, items: list[tuple[Any, ...]]) -> Any:
         if self.model is None or not hasattr(self.model, "execute"):
-            raise _Failure(
+            raise Failure(
                 "INTERNAL",
                 f"Python model {self.spec.get('model_file')} does not implement `execute` method.",
             )
         try:
             requests = [self.runtime.make_request(item) for item in items]
         except RegionError as e:
-            raise _Failure("INTERNAL", str(e)) from None
+            raise Failure("INTERNAL", str(e)) from None
         self.executing = True
         # BLS calls made from here (and from tasks the coroutine starts) belong to this batch:
         # the server cancels them when the batch's requests are cancelled.
@@ -294,16 +274,16 @@ class Stub:
                     return framing.ASYNC_ACCEPTED
             results = self.runtime.collect_responses(requests, returned)
             return self.runtime.release(requests, results)
-        except _Failure as f:
-            raise _Failure("INTERNAL", self._batch_error(f.message)) from None
+        except Failure as f:
+            raise Failure("INTERNAL", self._batch_error(f.message)) from None
         except BaseException as e:
-            raise _Failure("INTERNAL", self._batch_error(format_exception(e))) from None
+            raise Failure("INTERNAL", self._batch_error(format_exception(e))) from None
         finally:
             PARENTS.reset(parents)
             self.executing = False
 
     def _batch_error(self, detail: str) -> str:
-        return f"Failed to process the request(s) for model '{self.spec['instance_name']}', message: {detail}"
+        return batch_error(self.spec["instance_name"], detail)
 
     def _finish_async(self, call_id: int, requests: list[Any], coro: Any) -> None:
         """Run a default-mode `async def execute` without blocking this instance: other
@@ -314,7 +294,7 @@ class Stub:
             try:
                 results = self.runtime.collect_responses(requests, f.result())
                 results = self.runtime.release(requests, results)
-            except _Failure as e:
+            except Failure as e:
                 self.send(framing.RESPONSES, call_id, False, ("INTERNAL", self._batch_error(e.message)))
             except BaseException as e:
                 self.send(
@@ -327,10 +307,3 @@ class Stub:
                 self.send(framing.RESPONSES, call_id, True, results)
 
         fut.add_done_callback(done)
-
-
-class _Failure(Exception):
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
