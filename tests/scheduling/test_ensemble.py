@@ -388,4 +388,4 @@ async def test_scheduler_follows_the_data_flow() -> None:
 async def test_scheduler_stops_at_a_failing_step() -> None:
     order, resp = await _run_scheduler(fail="a")
     assert order == ["a"]
-    assert (resp.error.code.value, resp.error.message) == ("INVALID_ARG", "in ensemble 'e', boom")
+    assert (resp.error.code.name, resp.error.message) == ("INVALID_ARG", "in ensemble 'e', boom")

@@ -47,8 +47,8 @@ def start_bls(
     ctx: Any = None
     unlink: Callable[[], None] | None = None
 
-    def error(text: str, code: str) -> None:
-        err = ModelyardError(text, ErrorCode(code))
+    def error(text: str, code: ErrorCode) -> None:
+        err = ModelyardError(text, code)
         emit(InferResponse(name, request.model_version, request.id, error=err), True)
 
     def on_response(resp: InferResponse) -> None:
@@ -70,7 +70,7 @@ def start_bls(
             done = True
             if ctx is not None:
                 ctx.cancel()
-            error("Request timeout expired", "UNAVAILABLE")
+            error("Request timeout expired", ErrorCode.UNAVAILABLE)
 
     try:
         if not decoupled and core.get_version(name, request.model_version).decoupled:
@@ -94,11 +94,11 @@ def start_bls(
         done = True
         # Errors before the target ran carry Triton's BLS prefix; the target's own errors
         # come through its responses unchanged.
-        error(f"Model {name} - Error when running inference: {e.message}", e.code.value)
+        error(f"Model {name} - Error when running inference: {e.message}", e.code)
     except Exception as e:  # never leave the caller waiting
         log.exception("BLS call to '%s' failed", name)
         done = True
-        error(f"BLS request failed: {e}", "INTERNAL")
+        error(f"BLS request failed: {e}", ErrorCode.INTERNAL)
 
     def cancel() -> None:
         if not done and ctx is not None:
@@ -139,7 +139,7 @@ class CoreHandlers(WorkerHandlers):
         try:
             request = self._request(worker, spec)
         except ModelyardError as e:
-            self._reply(worker, call_id, ("err", e.message, e.code.value), True)
+            self._reply(worker, call_id, ("err", e.message, e.code), True)
             return
         blocking = bool(spec.get("blocking"))
         chain = worker.waiting_chain() if blocking else frozenset()
@@ -215,7 +215,7 @@ class CoreHandlers(WorkerHandlers):
         if resp.flag_only:
             return None
         if resp.error is not None:
-            return ("err", resp.error.message, resp.error.code.value)
+            return ("err", resp.error.message, resp.error.code)
         outputs = [worker.pack_tensor(t) for t in resp.outputs]
         return ("ok", outputs, resp.parameters)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from modelyard.errors import Cancelled
+from modelyard.errors import Cancelled, ErrorCode
 from modelyard.serving.deadlock import release
 from modelyard.types import InferResponse as InferResponseCls
 
@@ -128,11 +128,11 @@ class RequestContext:
         reason: str | None = self.extra.get("fail_reason")
         if reason:
             return reason
-        code = response.error.code.value if response.error is not None else ""
-        if code == "CANCELLED":
+        code = response.error.code if response.error is not None else None
+        if code is ErrorCode.CANCELLED:
             return "CANCELED"
         if self.failed:  # the model ran and answered with an error
             return "BACKEND"
         if not self.t_start:
-            return "REJECTED" if code == "UNAVAILABLE" else "OTHER"
+            return "REJECTED" if code is ErrorCode.UNAVAILABLE else "OTHER"
         return "BACKEND"

@@ -31,8 +31,7 @@ from modelyard.backends.python.server.inprocess_runtime import (
 from modelyard.backends.python.server.isolation import import_isolated
 from modelyard.backends.python.server.readiness import UserReadiness, check_result
 from modelyard.backends.python.server.reschedule import reschedule
-from modelyard.backends.python.worker.runtime import error_code_name
-from modelyard.errors import ErrorCode, InternalError, ModelyardError
+from modelyard.errors import InternalError, ModelyardError
 from modelyard.serving.context import RequestContext
 from modelyard.types import InferResponse, Tensor, datatype_of
 
@@ -186,7 +185,7 @@ class InProcessInstance(Instance):
             return out
         err = resp.error()
         if err is not None:
-            out.error = ModelyardError(err.message(), ErrorCode(error_code_name(int(err.code()))))
+            out.error = ModelyardError(err.message(), err.code())
             out.model_error = True
             return out
         wanted = set(names)

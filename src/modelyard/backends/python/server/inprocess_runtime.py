@@ -33,8 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("modelyard")
 
-_CODES = {"UNKNOWN": 0, "INTERNAL": 1, "NOT_FOUND": 2, "INVALID_ARG": 3, "UNAVAILABLE": 4,
-          "UNSUPPORTED": 5, "ALREADY_EXISTS": 6, "CANCELLED": 7}  # fmt: skip
 # The chain of instances blocked on the batch this thread is running (see core/bls.py).
 TLS = threading.local()
 # The batch whose execute runs in this context (thread or task): BLS calls made from it are
@@ -77,9 +75,7 @@ class InProcessRuntime:
     @staticmethod
     def _pb_response(resp: InferResponse) -> Any:
         if resp.error is not None:
-            err = pb.TritonError._from_server(
-                resp.error.message, _CODES.get(resp.error.code.value, 1)
-            )
+            err = pb.TritonError._from_server(resp.error.message, resp.error.code)
             return pb.InferenceResponse._from_server([], err)
         if resp.flag_only:
             return pb.InferenceResponse._from_server([], flag_only=True)

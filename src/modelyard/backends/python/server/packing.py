@@ -11,7 +11,7 @@ import numpy as np
 
 from modelyard.backends.python.protocol import client_regions, tensor_pool
 from modelyard.backends.python.protocol.client_regions import INPUT
-from modelyard.errors import ErrorCode, ModelyardError
+from modelyard.errors import ModelyardError
 from modelyard.serving import shm_regions
 from modelyard.serving.context import RequestContext
 from modelyard.serving.shm_regions import SHM_ROOT, ClientRef
@@ -55,7 +55,7 @@ def unpack_response(ctx: RequestContext, payload: Any, final: bool, version: str
     req = ctx.request
     resp = InferResponse(req.model_name, version, req.id, final=final)
     if payload[0] == "err":
-        resp.error = ModelyardError(payload[1], ErrorCode(payload[2]))
+        resp.error = ModelyardError(payload[1], payload[2])
         resp.model_error = True
         return resp
     _, outputs, params = payload

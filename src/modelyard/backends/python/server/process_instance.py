@@ -67,14 +67,16 @@ class WorkerHandlers:
         logs.model_line(level, message, filename, line)
 
     def on_bls(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
-        worker.send_bls_error(call_id, "BLS is not available in this server build", "UNSUPPORTED")
+        worker.send_bls_error(
+            call_id, "BLS is not available in this server build", ErrorCode.UNSUPPORTED
+        )
 
     def on_bls_cancel(self, worker: PythonWorker, call_id: int) -> None:
         """The model cancelled its decoupled BLS call ``call_id`` (ResponseIterator.cancel())."""
 
     def on_control(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
         worker.send(
-            framing.CONTROL_RESULT, call_id, False, ("UNSUPPORTED", "model control is not available")
+            framing.CONTROL_RESULT, call_id, False, (ErrorCode.UNSUPPORTED, "model control is not available")
         )
 
 
@@ -269,7 +271,7 @@ class PythonWorker(WorkerHealth):
                     fut.set_result(payload)
                 else:
                     code, text = payload
-                    fut.set_exception(ModelyardError(text, ErrorCode(code)))
+                    fut.set_exception(ModelyardError(text, code))
         elif kind == framing.READY:
             fut = self._calls.get(0)
             if fut is not None and not fut.done():
@@ -463,7 +465,7 @@ class PythonWorker(WorkerHealth):
         if ok:
             self._deliver(keys, payload)
         else:
-            self._fail(keys, ModelyardError(payload[1], ErrorCode(payload[0])))
+            self._fail(keys, ModelyardError(payload[1], payload[0]))
 
     def _pack_request(self, key: int, ctx: RequestContext) -> tuple[Any, ...]:
         return packing.pack_request(key, ctx, self._pool, self._region_tokens,
@@ -496,7 +498,7 @@ class PythonWorker(WorkerHealth):
             self._live.pop(key, None)
         ctx.send(resp)
 
-    def send_bls_error(self, call_id: int, message: str, code: str) -> None:
+    def send_bls_error(self, call_id: int, message: str, code: ErrorCode) -> None:
         self.send(framing.BLS_RESPONSE, call_id, ("err", message, code), True)
 
 

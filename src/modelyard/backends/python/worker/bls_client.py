@@ -22,8 +22,6 @@ from modelyard.backends.python.protocol import framing, tensor_pool
 if TYPE_CHECKING:
     from modelyard.backends.python.worker.runtime import StubRuntime
 
-_CODES = {"UNKNOWN": 0, "INTERNAL": 1, "NOT_FOUND": 2, "INVALID_ARG": 3, "UNAVAILABLE": 4,
-          "UNSUPPORTED": 5, "ALREADY_EXISTS": 6, "CANCELLED": 7}  # fmt: skip
 
 # The request keys of the batch whose execute is running in this context (thread or task).
 PARENTS: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
@@ -92,7 +90,7 @@ class BlsClient:
         if payload is None:  # a flag-only final
             return pb.InferenceResponse._from_server([], flag_only=True)
         if payload[0] == "err":
-            error = pb.TritonError._from_server(payload[1], _CODES.get(payload[2], 1))
+            error = pb.TritonError._from_server(payload[1], payload[2])
             return pb.InferenceResponse._from_server([], error)
         _, outputs, params = payload
         tensors = []

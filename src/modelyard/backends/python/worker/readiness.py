@@ -12,6 +12,7 @@ from typing import Any
 
 from modelyard.backends.python.protocol import framing
 from modelyard.backends.python.protocol.error_text import format_exception
+from modelyard.backends.python.protocol.messages import ErrorCode
 
 
 class StubReadiness:
@@ -34,7 +35,7 @@ class StubReadiness:
             try:
                 ready = self._check()
             except BaseException as e:  # the model's code may raise anything
-                self._stub.send(framing.RESULT, call_id, False, ("INTERNAL", format_exception(e)))
+                self._stub.send(framing.RESULT, call_id, False, (ErrorCode.INTERNAL, format_exception(e)))
                 continue
             self._stub.send(framing.RESULT, call_id, True, ready)
 

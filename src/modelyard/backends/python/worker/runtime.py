@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from modelyard.backends.python.protocol import client_regions, framing, tensor_pool
 from modelyard.backends.python.protocol.error_text import control_error_text, format_exception
+from modelyard.backends.python.protocol.messages import ErrorCode
 from modelyard.backends.python.protocol.release_flags import (
     RESCHEDULE,
     is_iterative,
@@ -25,15 +26,6 @@ if TYPE_CHECKING:
     from modelyard.backends.python.worker.stub import Stub
 
 log = logging.getLogger("modelyard.stub")
-
-# pb_utils.TritonError codes, in Triton's numbering.
-_CODE_NAMES = ["UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED",
-               "ALREADY_EXISTS", "CANCELLED"]  # fmt: skip
-
-
-def error_code_name(code: int) -> str:
-    return _CODE_NAMES[code] if 0 <= code < len(_CODE_NAMES) else "INTERNAL"
-
 
 class StubRuntime:
     def __init__(self, stub: Stub, spec: dict[str, Any]):
@@ -87,7 +79,7 @@ class StubRuntime:
                       dests: dict[str, Any] | None = None) -> tuple[Any, ...]:  # fmt: skip
         err = response.error()
         if err is not None:
-            return ("err", err.message(), error_code_name(int(err.code())))
+            return ("err", err.message(), err.code())
         wanted = None if output_names is None else set(output_names)
         outputs = []
         for t in response.output_tensors():
@@ -232,13 +224,13 @@ class StubRuntime:
 
 
 def _failure(message: str) -> Exception:
-    return Failure("INTERNAL", message)
+    return Failure(ErrorCode.INTERNAL, message)
 
 
 class Failure(Exception):
     """A call the worker answers with an error: Triton's code and text."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: ErrorCode, message: str):
         super().__init__(message)
         self.code = code
         self.message = message

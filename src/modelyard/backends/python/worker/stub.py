@@ -20,6 +20,7 @@ from typing import Any
 
 from modelyard.backends.python.protocol import framing, tensor_pool
 from modelyard.backends.python.protocol.error_text import batch_error, format_exception
+from modelyard.backends.python.protocol.messages import ErrorCode
 from modelyard.backends.python.protocol.release_flags import is_iterative
 from modelyard.backends.python.worker.baton import ReadBaton
 from modelyard.backends.python.worker.bls_client import PARENTS
@@ -133,7 +134,7 @@ class Stub:
                 self.send(framing.RESULT, call_id, False, (f.code, f.message))
                 continue
             except BaseException as e:  # the model's code may raise anything
-                self.send(framing.RESULT, call_id, False, ("INTERNAL", format_exception(e)))
+                self.send(framing.RESULT, call_id, False, (ErrorCode.INTERNAL, format_exception(e)))
                 continue
             self.send(framing.RESULT, call_id, True, result)
         self.pool.close()
@@ -159,16 +160,16 @@ class Stub:
         spec = self.spec
         path = spec["model_file"]
         if not path.endswith(".py"):
-            raise Failure("INTERNAL", f"Model name must end with '.py', got '{path}'")
+            raise Failure(ErrorCode.INTERNAL, f"Model name must end with '.py', got '{path}'")
         if not os.path.isfile(path):
-            raise Failure("INTERNAL", f"Python model file not found in '{path}'")
+            raise Failure(ErrorCode.INTERNAL, f"Python model file not found in '{path}'")
         version = os.path.basename(os.path.dirname(path))
         module_name = os.path.splitext(os.path.basename(path))[0]
         # The version folder is a namespace package, so `from . import x` works as in Triton.
         module = importlib.import_module(f"{version}.{module_name}")
         cls = getattr(module, "TritonPythonModel", None)
         if cls is None:
-            raise Failure("INTERNAL", f"Python model '{path}' has no class 'TritonPythonModel'")
+            raise Failure(ErrorCode.INTERNAL, f"Python model '{path}' has no class 'TritonPythonModel'")
         return cls
 
     def autocomplete(self, spec: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +182,7 @@ class Stub:
         result = fn(pb.ModelConfig(config))
         if not isinstance(result, pb.ModelConfig):
             raise Failure(
-                "INTERNAL",
+                ErrorCode.INTERNAL,
                 f"auto_complete_config function in model '{spec['model_name']}' must return "
                 "a valid pb.ModelConfig object.",
             )
@@ -249,13 +250,13 @@ class Stub:
     def execute(self, call_id: int, items: list[tuple[Any, ...]]) -> Any:
         if self.model is None or not hasattr(self.model, "execute"):
             raise Failure(
-                "INTERNAL",
+                ErrorCode.INTERNAL,
                 f"Python model {self.spec.get('model_file')} does not implement `execute` method.",
             )
         try:
             requests = [self.runtime.make_request(item) for item in items]
         except RegionError as e:
-            raise Failure("INTERNAL", str(e)) from None
+            raise Failure(ErrorCode.INTERNAL, str(e)) from None
         self.executing = True
         # BLS calls made from here (and from tasks the coroutine starts) belong to this batch:
         # the server cancels them when the batch's requests are cancelled.
@@ -275,9 +276,9 @@ class Stub:
             results = self.runtime.collect_responses(requests, returned)
             return self.runtime.release(requests, results)
         except Failure as f:
-            raise Failure("INTERNAL", self._batch_error(f.message)) from None
+            raise Failure(ErrorCode.INTERNAL, self._batch_error(f.message)) from None
         except BaseException as e:
-            raise Failure("INTERNAL", self._batch_error(format_exception(e))) from None
+            raise Failure(ErrorCode.INTERNAL, self._batch_error(format_exception(e))) from None
         finally:
             PARENTS.reset(parents)
             self.executing = False
@@ -295,13 +296,13 @@ class Stub:
                 results = self.runtime.collect_responses(requests, f.result())
                 results = self.runtime.release(requests, results)
             except Failure as e:
-                self.send(framing.RESPONSES, call_id, False, ("INTERNAL", self._batch_error(e.message)))
+                self.send(framing.RESPONSES, call_id, False, (ErrorCode.INTERNAL, self._batch_error(e.message)))
             except BaseException as e:
                 self.send(
                     framing.RESPONSES,
                     call_id,
                     False,
-                    ("INTERNAL", self._batch_error(format_exception(e))),
+                    (ErrorCode.INTERNAL, self._batch_error(format_exception(e))),
                 )
             else:
                 self.send(framing.RESPONSES, call_id, True, results)
