@@ -13,11 +13,24 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from modelyard.backends.python.protocol import framing, tensor_pool
-from modelyard.backends.python.server.process_instance import PythonWorker, WorkerHandlers
+from modelyard.backends.python.protocol import tensor_pool
+from modelyard.backends.python.protocol.messages import (
+    Bls,
+    BlsResponse,
+    ControlResult,
+    LoadModel,
+    QueryModelReady,
+    Response,
+    UnloadModel,
+)
+from modelyard.backends.python.server.process_instance import (
+    ControlRequest,
+    PythonWorker,
+    WorkerHandlers,
+)
 from modelyard.errors import Cancelled, ErrorCode, ModelyardError
 from modelyard.serving.context import RequestContext
-from modelyard.types import InferRequest, InferResponse, Tensor
+from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
@@ -134,16 +147,15 @@ class CoreHandlers(WorkerHandlers):
         # Decoupled BLS calls still streaming, by (worker, call id): their cancel functions.
         self._streams: dict[tuple[PythonWorker, int], Callable[[], None]] = {}
 
-    def on_bls(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
-        spec, decoupled = payload
+    def on_bls(self, worker: PythonWorker, msg: Bls) -> None:
+        call_id = msg.call_id
         try:
-            request = self._request(worker, spec)
+            request = self._request(worker, msg)
         except ModelyardError as e:
-            self._reply(worker, call_id, ("err", e.message, e.code), True)
+            self._reply(worker, call_id, ([], None, (e.message, e.code)), True)
             return
-        blocking = bool(spec.get("blocking"))
-        chain = worker.waiting_chain() if blocking else frozenset()
-        parents = worker.live_requests(spec.get("parents") or ())
+        chain = worker.waiting_chain() if msg.blocking else frozenset()
+        parents = worker.live_requests(msg.parents)
 
         key = (worker, call_id)
         ended = False
@@ -155,9 +167,9 @@ class CoreHandlers(WorkerHandlers):
                 self._streams.pop(key, None)
             self._reply(worker, call_id, self._payload(worker, resp), final)
 
-        caller = worker.name if blocking else ""
-        cancel = start_bls(self.core, request, decoupled, chain, emit, caller, parents)
-        if decoupled and not ended:  # (a call that already ended has nothing to cancel)
+        caller = worker.name if msg.blocking else ""
+        cancel = start_bls(self.core, request, msg.decoupled, chain, emit, caller, parents)
+        if msg.decoupled and not ended:  # (a call that already ended has nothing to cancel)
             self._streams[key] = cancel
 
     def on_bls_cancel(self, worker: PythonWorker, call_id: int) -> None:
@@ -165,62 +177,63 @@ class CoreHandlers(WorkerHandlers):
         if cancel is not None:
             cancel()
 
-    def on_control(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
-        task = asyncio.get_running_loop().create_task(self._control(worker, call_id, payload))
+    def on_control(self, worker: PythonWorker, msg: ControlRequest) -> None:
+        task = asyncio.get_running_loop().create_task(self._control(worker, msg))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _control(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
-        op, args = payload
+    async def _control(self, worker: PythonWorker, msg: ControlRequest) -> None:
+        ready = False
         try:
-            if op == "load":
-                name, config, files = args
-                await self.core.load_model(name, config or None, files or None, from_model=True)
-                result: Any = None
-            elif op == "unload":
-                await self.core.unload_model(args[0], args[1], from_model=True)
-                result = None
-            elif op == "ready":
-                result = await self.core.check_model_ready(args[0], args[1])
-            else:
-                raise ModelyardError(f"unknown model control operation '{op}'")
+            if type(msg) is LoadModel:
+                config, files = msg.config or None, msg.files or None
+                await self.core.load_model(msg.name, config, files, from_model=True)
+            elif type(msg) is UnloadModel:
+                await self.core.unload_model(msg.name, msg.unload_dependents, from_model=True)
+            elif type(msg) is QueryModelReady:
+                ready = await self.core.check_model_ready(msg.name, msg.version)
         except ModelyardError as e:
-            self._send_control(worker, call_id, False, e.message)
+            self._send_control(worker, ControlResult(msg.call_id, e.message, False))
             return
         except Exception as e:
-            self._send_control(worker, call_id, False, f"{type(e).__name__}: {e}")
+            error = f"{type(e).__name__}: {e}"
+            self._send_control(worker, ControlResult(msg.call_id, error, False))
             return
-        self._send_control(worker, call_id, True, result)
+        self._send_control(worker, ControlResult(msg.call_id, "", ready))
 
-    def _send_control(self, worker: PythonWorker, call_id: int, ok: bool, payload: Any) -> None:
+    def _send_control(self, worker: PythonWorker, result: ControlResult) -> None:
         with contextlib.suppress(ModelyardError, ConnectionError):
-            worker.send(framing.CONTROL_RESULT, call_id, ok, payload)
+            worker.send(result)
 
-    def _request(self, worker: PythonWorker, spec: dict[str, Any]) -> InferRequest:
+    def _request(self, worker: PythonWorker, msg: Bls) -> InferRequest:
         inputs = []
-        for packed in spec["inputs"]:
+        for packed in msg.inputs:
             name, datatype, arr = tensor_pool.unpack(packed, worker.mapper)
             inputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
-        from modelyard.types import RequestedOutput
-
-        outputs = [RequestedOutput(n) for n in spec["outputs"]] or None
+        outputs = [RequestedOutput(n) for n in msg.outputs] or None
         return InferRequest(
-            model_name=spec["model_name"], inputs=inputs, model_version=spec["model_version"],
-            id=spec["id"], outputs=outputs, parameters=dict(spec["parameters"]),
-            correlation_id=spec["correlation_id"], flags=spec["flags"],
-            timeout_us=spec["timeout_us"],
-        )  # fmt: skip
+            model_name=msg.model_name,
+            inputs=inputs,
+            model_version=msg.model_version,
+            id=msg.request_id,
+            outputs=outputs,
+            parameters=dict(msg.parameters),
+            correlation_id=msg.correlation_id,
+            flags=msg.flags,
+            timeout_us=msg.timeout_us,
+        )
 
-    def _payload(self, worker: PythonWorker, resp: InferResponse) -> Any:
+    def _payload(self, worker: PythonWorker, resp: InferResponse) -> Response | None:
         if resp.flag_only:
             return None
         if resp.error is not None:
-            return ("err", resp.error.message, resp.error.code)
-        outputs = [worker.pack_tensor(t) for t in resp.outputs]
-        return ("ok", outputs, resp.parameters)
+            return ([], None, (resp.error.message, resp.error.code))
+        return ([worker.pack_tensor(t) for t in resp.outputs], resp.parameters, None)
 
-    def _reply(self, worker: PythonWorker, call_id: int, payload: Any, final: bool) -> None:
+    def _reply(
+        self, worker: PythonWorker, call_id: int, payload: Response | None, final: bool
+    ) -> None:
         try:
-            worker.send(framing.BLS_RESPONSE, call_id, payload, final)
+            worker.send(BlsResponse(call_id, payload, final))
         except (ModelyardError, ConnectionError):
             pass  # the caller's process is gone

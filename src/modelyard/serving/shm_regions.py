@@ -87,7 +87,8 @@ class Region:
                 callback(self.token)
 
     def info(self) -> tuple[Any, ...]:
-        """What another process needs to map this region itself (see ClientRef)."""
+        """What another process needs to map this region itself (see ClientRef):
+        ``(token, key, (st_dev, st_ino), offset, byte_size)``."""
         return (self.token, self.key, self.file_id, self.offset, self.byte_size)
 
 
@@ -108,6 +109,12 @@ class ClientRef:
     byte_size: int
     view: memoryview
     addr: int
+
+    @property
+    def token(self) -> int:
+        """The registration this slice belongs to (the first item of ``info``)."""
+        token: int = self.info[0]
+        return token
 
 
 @dataclass(slots=True)

@@ -1,8 +1,8 @@
 """Framing for the server <-> worker channel (a Unix socket pair).
 
-A frame is a 4-byte little-endian length and a pickle (protocol 5) of a tuple whose first
-item is the message kind. Large tensor payloads never travel in frames: they go through the
-shared-memory pool (see shm.py) and the frame carries a reference.
+A frame is a 4-byte little-endian length and a pickle (protocol 5) of a plain tuple, a
+message's wire form (messages.py). Large tensor payloads never travel in frames: they go
+through the shared-memory pool (tensor_pool.py) and the frame carries a reference.
 """
 
 from __future__ import annotations
@@ -19,41 +19,17 @@ _HEADER = struct.Struct("<I")
 BURST = 32  # frames handled per turn of the server's event loop (see FrameProtocol)
 MAX_FRAME = 1 << 31
 
-# Message kinds, server -> worker.
-AUTOCOMPLETE = "autocomplete"
-INIT = "init"
-EXECUTE = "execute"
-FINALIZE = "finalize"
-BLS_RESPONSE = "bls_response"  # a response (or error) for a BLS call the worker made
-FREE = "free"  # shared-memory blocks the other side may reuse
-CANCEL = "cancel"  # requests whose client went away
-CONTROL_RESULT = "control_result"  # answer to a model-control call
-METRICS = "metrics"  # (kind, call_id): the worker answers RESULT with its custom metrics
-FORGET_REGIONS = "forget-regions"  # tokens of client shm regions unregistered (client_regions)
-IS_READY = "is-ready"  # (kind, call_id): the worker answers RESULT with the model's is_ready()
-
-# Message kinds, worker -> server.
-READY = "ready"
-RESULT = "result"  # answer to autocomplete / init / finalize: (kind, call_id, ok, payload)
-RESPONSES = "responses"  # late results of an async execute: (kind, call_id, ok, payload)
-ASYNC_ACCEPTED = "async-accepted"  # execute's RESULT when the model's coroutine runs on
-SEND = "send"  # a response-sender response: (kind, request_key, payload, flags)
-LOG = "log"
-BLS = "bls"
-BLS_CANCEL = "bls-cancel"  # (kind, call_id): ResponseIterator.cancel() of a decoupled BLS call
-CONTROL = "control"  # load_model / unload_model / is_model_ready from a model
-
-
-def encode(message: tuple[Any, ...]) -> bytes:
-    body = pickle.dumps(message, protocol=5)
+def encode(wire: tuple[Any, ...]) -> bytes:
+    body = pickle.dumps(wire, protocol=5)
     return _HEADER.pack(len(body)) + body
 
 
 class FrameProtocol(asyncio.Protocol):
-    """Server side: decodes frames from the worker and hands each message to a callback."""
+    """Server side: decodes frames from the worker and hands each one (a message's wire form)
+    to a callback."""
 
-    def __init__(self, on_message: Callable[[tuple[Any, ...]], None], on_lost: Callable[[], None]):
-        self._on_message = on_message
+    def __init__(self, on_frame: Callable[[tuple[Any, ...]], None], on_lost: Callable[[], None]):
+        self._on_frame = on_frame
         self._on_lost = on_lost
         self._buf = bytearray()
         self._paused = False  # frames wait in _buf for the next turn of the loop
@@ -86,10 +62,10 @@ class FrameProtocol(asyncio.Protocol):
                     self.transport.pause_reading()
                 asyncio.get_running_loop().call_soon(self._resume)
                 return
-            message = pickle.loads(memoryview(buf)[pos + 4 : pos + 4 + n])
+            wire = pickle.loads(memoryview(buf)[pos + 4 : pos + 4 + n])
             pos += 4 + n
             done += 1
-            self._on_message(message)
+            self._on_frame(wire)
         if pos:
             del buf[:pos]
         if self._paused:
@@ -107,10 +83,10 @@ class FrameProtocol(asyncio.Protocol):
         self._process(-1)  # what the worker wrote before it went away
         self._on_lost()
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, wire: tuple[Any, ...]) -> None:
         if self.transport is None or self.transport.is_closing():
             raise ConnectionError("worker channel is closed")
-        self.transport.write(encode(message))
+        self.transport.write(encode(wire))
 
 
 class BlockingChannel:
@@ -121,8 +97,8 @@ class BlockingChannel:
         self._wlock = threading.Lock()
         self._rbuf = bytearray()
 
-    def send(self, message: tuple[Any, ...]) -> None:
-        data = encode(message)
+    def send(self, wire: tuple[Any, ...]) -> None:
+        data = encode(wire)
         with self._wlock:
             self._sock.sendall(data)
 
@@ -132,24 +108,24 @@ class BlockingChannel:
         return len(buf) >= 4 and len(buf) - 4 >= _HEADER.unpack_from(buf)[0]
 
     def recv(self) -> tuple[Any, ...] | None:
-        """Next message, or None when the server closed the channel."""
-        header = self._read_exact(4)
-        if header is None:
+        """The next frame's content, or None when the server closed the channel."""
+        if not self._fill(4):
             return None
-        (n,) = _HEADER.unpack(header)
-        body = self._read_exact(n)
-        if body is None:
+        buf = self._rbuf
+        (n,) = _HEADER.unpack_from(buf)
+        if not self._fill(4 + n):
             return None
-        msg: tuple[Any, ...] = pickle.loads(body)
-        return msg
+        with memoryview(buf) as view:  # decoded in place: no copy of the frame
+            wire: tuple[Any, ...] = pickle.loads(view[4 : 4 + n])
+        del buf[: 4 + n]
+        return wire
 
-    def _read_exact(self, n: int) -> bytes | bytearray | None:
+    def _fill(self, n: int) -> bool:
+        """Read until ``n`` bytes are buffered; False at the end of the stream."""
         buf = self._rbuf
         while len(buf) < n:
             chunk = self._sock.recv(max(65536, n - len(buf)))
             if not chunk:
-                return None
+                return False
             buf += chunk
-        out = bytes(buf[:n])
-        del buf[:n]
-        return out
+        return True

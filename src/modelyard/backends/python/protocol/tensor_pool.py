@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from modelyard.backends.python.protocol.messages import PackedTensor
 from modelyard.types import datatype_of, numpy_dtype
 
 log = logging.getLogger("modelyard")
@@ -32,9 +33,6 @@ MIN_SEGMENT = 64 * 1024
 # MODELYARD_SHM_DIR points elsewhere (a bigger tmpfs; or a missing folder to force inline).
 SHM_DIR = os.environ.get("MODELYARD_SHM_DIR", "/dev/shm")
 
-# A packed tensor: (name, datatype, shape, payload) where payload is an ndarray (inline) or
-# (segment_name, nbytes) for shared memory.
-Packed = tuple[str, str, tuple[int, ...], Any]
 
 
 class _Segment:
@@ -162,12 +160,12 @@ def flat_view(buffer: Any, datatype: str, nbytes: int, offset: int = 0) -> np.nd
     return np.frombuffer(buffer, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
 
 
-def pack_array(name: str, array: np.ndarray[Any, Any], pool: ShmPool) -> Packed:
+def pack_array(name: str, array: np.ndarray[Any, Any], pool: ShmPool) -> PackedTensor:
     """:func:`pack` with the datatype of the array's dtype (a model's own array)."""
     return pack(name, datatype_of(array.dtype), array, pool)
 
 
-def pack(name: str, datatype: str, array: np.ndarray[Any, Any], pool: ShmPool) -> Packed:
+def pack(name: str, datatype: str, array: np.ndarray[Any, Any], pool: ShmPool) -> PackedTensor:
     """Describe a tensor for a frame, copying it into shared memory when it is large.
 
     Inline tensors travel as raw bytes (pickling an ndarray costs several times more);
@@ -186,14 +184,16 @@ def pack(name: str, datatype: str, array: np.ndarray[Any, Any], pool: ShmPool) -
     return (name, datatype, shape, (seg.name, array.nbytes))
 
 
-def unpack(packed: Packed, mapper: ShmMapper) -> tuple[str, str, np.ndarray[Any, Any]]:
-    name, datatype, shape, payload = packed
-    if type(payload) is bytes:
-        return name, datatype, np.frombuffer(payload, dtype=numpy_dtype(datatype)).reshape(shape)
-    if isinstance(payload, np.ndarray):
-        return name, datatype, payload
-    seg_name, nbytes = payload
-    return name, datatype, mapper.view(seg_name, datatype, shape, nbytes)
+def unpack(packed: PackedTensor, mapper: ShmMapper) -> tuple[str, str, np.ndarray[Any, Any]]:
+    """Name, datatype and array of a packed tensor (a view of the frame's bytes or the
+    segment)."""
+    name, datatype, shape, data = packed
+    if type(data) is bytes:
+        return name, datatype, np.frombuffer(data, dtype=numpy_dtype(datatype)).reshape(shape)
+    if isinstance(data, np.ndarray):
+        return name, datatype, data
+    segment, nbytes = data
+    return name, datatype, mapper.view(segment, datatype, shape, nbytes)
 
 
 def sweep(prefix: str) -> None:

@@ -11,6 +11,12 @@ import numpy as np
 
 from modelyard.backends.python.protocol import client_regions, tensor_pool
 from modelyard.backends.python.protocol.client_regions import INPUT
+from modelyard.backends.python.protocol.messages import (
+    OutputDestination,
+    PackedTensor,
+    RequestItem,
+    Response,
+)
 from modelyard.errors import ModelyardError
 from modelyard.serving import shm_regions
 from modelyard.serving.context import RequestContext
@@ -18,31 +24,50 @@ from modelyard.serving.shm_regions import SHM_ROOT, ClientRef
 from modelyard.types import InferResponse, Tensor
 
 
-def pack_request(key: int, ctx: RequestContext, pool: tensor_pool.ShmPool, region_tokens: set[int],
-                 may_write_outputs: bool) -> tuple[Any, ...]:  # fmt: skip
-    """The EXECUTE item for one request; ``region_tokens`` collects the client regions the
+def pack_request(
+    key: int,
+    ctx: RequestContext,
+    pool: tensor_pool.ShmPool,
+    region_tokens: set[int],
+    may_write_outputs: bool,
+) -> RequestItem:
+    """The Execute item for one request; ``region_tokens`` collects the client regions the
     worker may map because of it."""
     r = ctx.request
     refs = r.shm_inputs
-    inputs = [_pack_input(t, refs.get(t.name) if refs else None, pool, region_tokens)
-              for t in r.inputs]  # fmt: skip
+    inputs = [
+        _pack_input(t, refs.get(t.name) if refs else None, pool, region_tokens)
+        for t in r.inputs
+    ]
     dests = None
     if r.shm_outputs and may_write_outputs:
         dests = {}
         for name, ref in r.shm_outputs.items():
-            region_tokens.add(ref.info[0])
+            region_tokens.add(ref.token)
             dests[name] = output_destination(ref)
-    return (key, r.id, r.correlation_id, r.flags, inputs, ctx.output_names,
-            r.parameters, r.timeout_us, r.model_name, r.model_version, dests)  # fmt: skip
+    return (
+        key,
+        r.id,
+        r.correlation_id,
+        r.flags,
+        inputs,
+        ctx.output_names,
+        r.parameters,
+        r.timeout_us,
+        dests,
+    )
 
 
-def _pack_input(t: Tensor, ref: Any, pool: tensor_pool.ShmPool, region_tokens: set[int]) -> tensor_pool.Packed:
+def _pack_input(
+    t: Tensor, ref: ClientRef | None, pool: tensor_pool.ShmPool, region_tokens: set[int]
+) -> PackedTensor:
     """A reference to the client's region when the input is exactly a view of it (the
     worker maps the region itself), else a copy into the pool."""
     assert t.data is not None
     payload = input_payload(ref, t.data) if ref is not None else None
     if payload is not None:
-        token = ref.info[0]
+        assert ref is not None
+        token = ref.token
         # On first use, make sure the key still names the object the server registered.
         if token in region_tokens or still_registered_object(ref.info):
             region_tokens.add(token)
@@ -50,23 +75,29 @@ def _pack_input(t: Tensor, ref: Any, pool: tensor_pool.ShmPool, region_tokens: s
     return tensor_pool.pack(t.name, t.datatype, t.data, pool)
 
 
-def unpack_response(ctx: RequestContext, payload: Any, final: bool, version: str,
-                    mapper: tensor_pool.ShmMapper) -> InferResponse:  # fmt: skip
+def unpack_response(
+    ctx: RequestContext,
+    payload: Response,
+    final: bool,
+    version: str,
+    mapper: tensor_pool.ShmMapper,
+) -> InferResponse:
     req = ctx.request
     resp = InferResponse(req.model_name, version, req.id, final=final)
-    if payload[0] == "err":
-        resp.error = ModelyardError(payload[1], payload[2])
+    outputs, params, error = payload
+    if error is not None:
+        resp.error = ModelyardError(*error)
         resp.model_error = True
         return resp
-    _, outputs, params = payload
     for packed in outputs:
-        data = packed[3]
+        name, datatype, shape, data = packed
         if type(data) is tuple and data[0] == client_regions.WRITTEN:
-            region = req.shm_outputs[packed[0]].region if req.shm_outputs else ""
-            resp.outputs.append(Tensor(packed[0], packed[1], packed[2], parameters={
-                shm_regions.REGION: region, shm_regions.BYTE_SIZE: data[1]}))  # fmt: skip
+            _, nbytes = data
+            region = req.shm_outputs[name].region if req.shm_outputs else ""
+            written = {shm_regions.REGION: region, shm_regions.BYTE_SIZE: nbytes}
+            resp.outputs.append(Tensor(name, datatype, shape, parameters=written))
             continue
-        name, datatype, arr = tensor_pool.unpack(packed, mapper)
+        _, _, arr = tensor_pool.unpack(packed, mapper)
         resp.outputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
     if params:
         resp.parameters = params
@@ -89,11 +120,12 @@ def input_payload(ref: ClientRef, array: np.ndarray[Any, Any]) -> tuple[Any, ...
 def still_registered_object(info: tuple[Any, ...]) -> bool:
     """Whether the key still names the object the server mapped at registration (a client may
     unlink and recreate it; the server then reads the old object, as Triton does)."""
+    _token, key, file_id, _offset, _size = info
     try:
-        st = os.stat(os.path.join(SHM_ROOT, str(info[1]).lstrip("/")), follow_symlinks=False)
+        st = os.stat(os.path.join(SHM_ROOT, str(key).lstrip("/")), follow_symlinks=False)
     except (OSError, ValueError):
         return False
-    return (st.st_dev, st.st_ino) == tuple(info[2])
+    return (st.st_dev, st.st_ino) == tuple(file_id)
 
 
 def direct_outputs(config_json: str) -> bool:
@@ -106,5 +138,5 @@ def direct_outputs(config_json: str) -> bool:
     return not cache.get("enable")
 
 
-def output_destination(ref: ClientRef) -> tuple[Any, ...]:
+def output_destination(ref: ClientRef) -> OutputDestination:
     return (ref.info, ref.offset, ref.byte_size)

@@ -22,6 +22,37 @@ from typing import Any
 import modelyard
 from modelyard import logs
 from modelyard.backends.python.protocol import framing, tensor_pool
+from modelyard.backends.python.protocol.messages import (
+    AsyncExecuted,
+    Autocomplete,
+    Bls,
+    BlsCancel,
+    BlsResponse,
+    Cancel,
+    ControlResult,
+    ErrorReply,
+    Execute,
+    Executed,
+    Finalize,
+    ForgetRegions,
+    Free,
+    Init,
+    LoadModel,
+    Log,
+    Metrics,
+    ModelSetup,
+    PackedTensor,
+    QueryModelReady,
+    Ready,
+    RequestItem,
+    Response,
+    Result,
+    Send,
+    ServerMessage,
+    UnloadModel,
+    from_wire,
+    to_wire,
+)
 from modelyard.backends.python.server import packing
 from modelyard.backends.python.server.exec_env import ExecEnv
 from modelyard.backends.python.server.reschedule import reschedule
@@ -35,6 +66,7 @@ from modelyard.types import InferResponse, Tensor
 log = logging.getLogger("modelyard")
 
 _worker_ids = itertools.count(1)
+ControlRequest = LoadModel | UnloadModel | QueryModelReady
 WORKER_MODULE = "modelyard.backends.python.worker"  # the worker process's entry (__main__.py)
 
 
@@ -66,18 +98,16 @@ class WorkerHandlers:
     def on_log(self, level: int, message: str, filename: str, line: int, instance: str) -> None:
         logs.model_line(level, message, filename, line)
 
-    def on_bls(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
+    def on_bls(self, worker: PythonWorker, msg: Bls) -> None:
         worker.send_bls_error(
-            call_id, "BLS is not available in this server build", ErrorCode.UNSUPPORTED
+            msg.call_id, "BLS is not available in this server build", ErrorCode.UNSUPPORTED
         )
 
     def on_bls_cancel(self, worker: PythonWorker, call_id: int) -> None:
         """The model cancelled its decoupled BLS call ``call_id`` (ResponseIterator.cancel())."""
 
-    def on_control(self, worker: PythonWorker, call_id: int, payload: Any) -> None:
-        worker.send(
-            framing.CONTROL_RESULT, call_id, False, (ErrorCode.UNSUPPORTED, "model control is not available")
-        )
+    def on_control(self, worker: PythonWorker, msg: ControlRequest) -> None:
+        worker.send(ControlResult(msg.call_id, "model control is not available", False))
 
 
 class PythonWorker(WorkerHealth):
@@ -105,7 +135,7 @@ class PythonWorker(WorkerHealth):
         # request key -> context, while a response may still come
         self._live: dict[int, RequestContext] = {}
         self._async_batches: dict[int, list[int]] = {}  # execute call id -> request keys
-        self._early_results: dict[int, tuple[bool, Any]] = {}  # RESPONSES before RESULT
+        self._early_results: dict[int, AsyncExecuted] = {}  # read before their Executed
         self._keys = itertools.count(1)
         self._alive = False  # the process is connected
         self._initialized = False  # ... and its model's initialize succeeded
@@ -139,17 +169,17 @@ class PythonWorker(WorkerHealth):
         finally:
             child.close()
         _, proto = await self._loop.create_unix_connection(
-            lambda: framing.FrameProtocol(self._on_message, self._on_lost), sock=parent
+            lambda: framing.FrameProtocol(self._on_frame, self._on_lost), sock=parent
         )
         self._proto = proto
         self._alive = True
-        await self._call(framing.READY, None, self.spec.start_timeout, "start")
+        await self._call(None, self.spec.start_timeout, "start")
 
     async def autocomplete(self, config: dict[str, Any]) -> dict[str, Any]:
         """Run the model's auto_complete_config on ``config`` (Triton's dict shape)."""
+        setup = self._setup()
         result: dict[str, Any] = await self._call(
-            framing.AUTOCOMPLETE,
-            (self._spec_payload(), config),
+            lambda call_id: Autocomplete(call_id, setup, config),
             self.spec.init_timeout,
             "auto-complete",
         )
@@ -162,8 +192,10 @@ class PythonWorker(WorkerHealth):
         self._started = True
 
     async def _initialize(self) -> None:
-        result = await self._call(framing.INIT, self._spec_payload(), self.spec.init_timeout,
-                                  "initialize")  # fmt: skip
+        setup = self._setup()
+        result = await self._call(
+            lambda call_id: Init(call_id, setup), self.spec.init_timeout, "initialize"
+        )
         self._has_is_ready = bool(result)
         self._initialized = True
 
@@ -174,7 +206,7 @@ class PythonWorker(WorkerHealth):
         self._sup.cancel()
         if self._alive:
             try:
-                await self._call(framing.FINALIZE, None, 30.0, "finalize")
+                await self._call(Finalize, 30.0, "finalize")
             except ModelyardError as e:
                 log.warning("finalize of %s: %s", self.name, e.message)
         if self._proto is not None and self._proto.transport is not None:
@@ -193,33 +225,44 @@ class PythonWorker(WorkerHealth):
         if self._proc is not None and self._proc.returncode is None:
             self._proc.kill()
 
-    def _spec_payload(self) -> dict[str, Any]:
+    def _setup(self) -> ModelSetup:
         s = self.spec
-        return {
-            "model_name": s.model_name, "version": s.version, "model_dir": s.model_dir,
-            "model_file": s.model_file, "instance_name": s.instance_name,
-            "instance_kind": s.instance_kind, "device_id": s.device_id,
-            "config_json": s.config_json, "decoupled": s.decoupled, "shm": s.shm_enabled,
-        }  # fmt: skip
+        return ModelSetup(
+            model_name=s.model_name,
+            version=s.version,
+            model_dir=s.model_dir,
+            model_file=s.model_file,
+            instance_name=s.instance_name,
+            instance_kind=s.instance_kind,
+            device_id=s.device_id,
+            config_json=s.config_json,
+            decoupled=s.decoupled,
+            shm=s.shm_enabled,
+        )
 
     # -- messages ----------------------------------------------------------------------------
 
-    def send(self, *message: Any) -> None:
-        if self._proto is None:
+    def send(self, message: ServerMessage) -> None:
+        proto = self._proto
+        if proto is None:
             raise InternalError(f"Stub process '{self.name}' is not healthy.")
         if self._to_free:
-            self._proto.send((framing.FREE, self._to_free))
+            proto.send(to_wire(Free(self._to_free)))
             self._to_free = []
-        self._proto.send(message)
+        proto.send(to_wire(message))
 
-    async def _call(self, kind: str, payload: Any, timeout: float | None, what: str) -> Any:
+    async def _call(
+        self, request: Callable[[int], ServerMessage] | None, timeout: float | None, what: str
+    ) -> Any:
+        """Send ``request(call_id)`` and wait (``timeout``) for its answer; None: wait for the
+        worker's Ready."""
         assert self._loop is not None
-        call_id = next(self._call_ids) if kind != framing.READY else 0
+        call_id = next(self._call_ids) if request is not None else 0
         fut: asyncio.Future[Any] = self._calls.get(call_id) or self._loop.create_future()
         self._calls[call_id] = fut
         try:
-            if kind != framing.READY:
-                self.send(kind, call_id, payload)
+            if request is not None:
+                self.send(request(call_id))
             return await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
             self.kill()
@@ -238,7 +281,7 @@ class PythonWorker(WorkerHealth):
         fut: asyncio.Future[Any] = self._loop.create_future()
         self._calls[call_id] = fut
         try:
-            self.send(framing.METRICS, call_id)
+            self.send(Metrics(call_id))
             result: list[dict[str, Any]] = await asyncio.wait_for(fut, timeout)
             return result
         except (asyncio.TimeoutError, ModelyardError, ConnectionError):
@@ -246,48 +289,51 @@ class PythonWorker(WorkerHealth):
         finally:
             self._calls.pop(call_id, None)
 
-    async def _execute_call(self, items: list[Any]) -> tuple[int, Any]:
+    async def _execute_call(self, items: list[RequestItem]) -> Executed:
         # No timer on the hot path: a worker that dies fails this call through _on_lost, and
         # a hung model is bounded by the caller's timeout (client deadline, BLS timeout).
         assert self._loop is not None
         call_id = next(self._call_ids)
-        fut: asyncio.Future[Any] = self._loop.create_future()
+        fut: asyncio.Future[Executed] = self._loop.create_future()
         self._calls[call_id] = fut
         try:
-            self.send(framing.EXECUTE, call_id, items)
-            return call_id, await fut
+            self.send(Execute(call_id, items))
+            return await fut
         finally:
             self._calls.pop(call_id, None)
 
-    def _on_message(self, msg: tuple[Any, ...]) -> None:
-        kind = msg[0]
-        if kind == framing.SEND:
-            self._on_send(msg[1], msg[2], msg[3])
-        elif kind == framing.RESULT:
-            fut = self._calls.get(msg[1])
-            if fut is not None and not fut.done():
-                ok, payload = msg[2], msg[3]
-                if ok:
-                    fut.set_result(payload)
-                else:
-                    code, text = payload
-                    fut.set_exception(ModelyardError(text, code))
-        elif kind == framing.READY:
+    def _on_frame(self, wire: tuple[Any, ...]) -> None:
+        msg = from_wire(wire)
+        if type(msg) is Executed:
+            self._answer(msg.call_id, msg, msg.error)
+        elif type(msg) is Result:
+            self._answer(msg.call_id, msg.value, msg.error)
+        elif type(msg) is Send:
+            self._on_send(msg.key, msg.response, msg.flags)
+        elif type(msg) is Free:
+            self._pool.release(msg.segments)
+        elif type(msg) is AsyncExecuted:
+            self._on_async_results(msg)
+        elif type(msg) is Bls:
+            self.handlers.on_bls(self, msg)
+        elif type(msg) is Log:
+            self.handlers.on_log(msg.level, msg.message, msg.filename, msg.line, self.name)
+        elif type(msg) is Ready:
             fut = self._calls.get(0)
             if fut is not None and not fut.done():
                 fut.set_result(None)
-        elif kind == framing.FREE:
-            self._pool.release(msg[1])
-        elif kind == framing.RESPONSES:
-            self._on_async_results(msg[1], msg[2], msg[3])
-        elif kind == framing.LOG:
-            self.handlers.on_log(msg[1], msg[2], msg[3], msg[4], self.name)
-        elif kind == framing.BLS:
-            self.handlers.on_bls(self, msg[1], msg[2])
-        elif kind == framing.BLS_CANCEL:
-            self.handlers.on_bls_cancel(self, msg[1])
-        elif kind == framing.CONTROL:
-            self.handlers.on_control(self, msg[1], msg[2])
+        elif type(msg) is BlsCancel:
+            self.handlers.on_bls_cancel(self, msg.call_id)
+        elif type(msg) is LoadModel or type(msg) is UnloadModel or type(msg) is QueryModelReady:
+            self.handlers.on_control(self, msg)
+
+    def _answer(self, call_id: int, value: Any, error: ErrorReply | None) -> None:
+        fut = self._calls.get(call_id)
+        if fut is not None and not fut.done():
+            if error is not None:
+                fut.set_exception(ModelyardError(*error))
+            else:
+                fut.set_result(value)
 
     def _on_lost(self) -> None:
         was_alive = self._alive
@@ -330,14 +376,14 @@ class PythonWorker(WorkerHealth):
     def _send_forget(self, token: int) -> None:
         if self._proto is not None:
             with contextlib.suppress(ConnectionError):
-                self._proto.send((framing.FORGET_REGIONS, [token]))
+                self._proto.send(to_wire(ForgetRegions([token])))
 
     def _flush_free(self) -> None:
         self._flush_scheduled = False
         if self._to_free and self._proto is not None:
             names, self._to_free = self._to_free, []
             with contextlib.suppress(ConnectionError):
-                self._proto.send((framing.FREE, names))
+                self._proto.send(to_wire(Free(names)))
 
     # -- execution ---------------------------------------------------------------------------
 
@@ -348,7 +394,7 @@ class PythonWorker(WorkerHealth):
             chain |= ctx.chain
         return frozenset(chain)
 
-    def pack_tensor(self, t: Tensor) -> tensor_pool.Packed:
+    def pack_tensor(self, t: Tensor) -> PackedTensor:
         assert t.data is not None
         return tensor_pool.pack(t.name, t.datatype, t.data, self._pool)
 
@@ -389,7 +435,7 @@ class PythonWorker(WorkerHealth):
                 self._send_cancel(key)
             items.append(self._pack_request(key, ctx))
         try:
-            call_id, results = await self._execute_call(items)
+            done = await self._execute_call(items)
         except ModelyardError as e:
             self._fail(keys, e)
             return
@@ -398,16 +444,16 @@ class PythonWorker(WorkerHealth):
             self._finished(batch)
             if self._alive:  # the worker lived through a batch: its next crash is news
                 self._sup.served = True
-        if results == framing.ASYNC_ACCEPTED:
+        if done.responses is None:
             # `async def execute`: the coroutine runs on in the worker and this instance
-            # takes the next batch; results come later in a RESPONSES frame (which may
-            # have been read already, in the same chunk as the RESULT frame).
-            early = self._early_results.pop(call_id, None)
-            self._async_batches[call_id] = keys
+            # takes the next batch; results come later in an AsyncExecuted frame (which may
+            # have been read already, in the same chunk as the Executed frame).
+            early = self._early_results.pop(done.call_id, None)
+            self._async_batches[done.call_id] = keys
             if early is not None:
-                self._on_async_results(call_id, *early)
+                self._on_async_results(early)
             return
-        self._deliver(keys, results)
+        self._deliver(keys, done.responses, done.rescheduled)
 
     def _finished(self, batch: list[RequestContext]) -> None:
         """``batch`` left the worker: a staged batch is the running one now."""
@@ -427,10 +473,11 @@ class PythonWorker(WorkerHealth):
         live = self._live
         return [ctx for ctx in (live.get(k) for k in keys) if ctx is not None]
 
-    def _deliver(self, keys: list[int], results: Any) -> None:
-        again: list[int] = []
-        if isinstance(results, tuple):  # the model rescheduled some requests
-            results, again = results
+    def _deliver(
+        self, keys: list[int], results: list[Response | None], again: tuple[int, ...]
+    ) -> None:
+        """One response (or none yet) per request; ``again``: the requests (indices) the
+        model rescheduled."""
         for key, result in zip(keys, results, strict=False):
             ctx = self._live.get(key)
             if ctx is None:
@@ -448,7 +495,7 @@ class PythonWorker(WorkerHealth):
     def _send_cancel(self, key: int) -> None:
         if key in self._live and self._proto is not None:
             with contextlib.suppress(ConnectionError):
-                self._proto.send((framing.CANCEL, [key]))
+                self._proto.send(to_wire(Cancel([key])))
 
     def _fail(self, keys: list[int], err: ModelyardError) -> None:
         for key in keys:
@@ -456,18 +503,18 @@ class PythonWorker(WorkerHealth):
             if ctx is not None:
                 ctx.send(_error_response(ctx, err))
 
-    def _on_async_results(self, call_id: int, ok: bool, payload: Any) -> None:
-        keys = self._async_batches.pop(call_id, None)
+    def _on_async_results(self, msg: AsyncExecuted) -> None:
+        keys = self._async_batches.pop(msg.call_id, None)
         if keys is None:
-            if call_id in self._calls:  # execute's RESULT is not consumed yet
-                self._early_results[call_id] = (ok, payload)
+            if msg.call_id in self._calls:  # execute's Executed is not consumed yet
+                self._early_results[msg.call_id] = msg
             return
-        if ok:
-            self._deliver(keys, payload)
+        if msg.error is not None:
+            self._fail(keys, ModelyardError(*msg.error))
         else:
-            self._fail(keys, ModelyardError(payload[1], payload[0]))
+            self._deliver(keys, msg.responses or [], msg.rescheduled)
 
-    def _pack_request(self, key: int, ctx: RequestContext) -> tuple[Any, ...]:
+    def _pack_request(self, key: int, ctx: RequestContext) -> RequestItem:
         return packing.pack_request(key, ctx, self._pool, self._region_tokens,
                                     self._may_write_outputs())  # fmt: skip
 
@@ -479,10 +526,12 @@ class PythonWorker(WorkerHealth):
             self._direct_outputs = (self.spec.config_json, ok)
         return ok
 
-    def _unpack_response(self, ctx: RequestContext, payload: Any, final: bool) -> InferResponse:
+    def _unpack_response(
+        self, ctx: RequestContext, payload: Response, final: bool
+    ) -> InferResponse:
         return packing.unpack_response(ctx, payload, final, str(self.spec.version), self.mapper)
 
-    def _on_send(self, key: int, payload: Any, flags: int) -> None:
+    def _on_send(self, key: int, payload: Response | None, flags: int) -> None:
         ctx = self._live.get(key)
         if ctx is None:
             return
@@ -499,7 +548,7 @@ class PythonWorker(WorkerHealth):
         ctx.send(resp)
 
     def send_bls_error(self, call_id: int, message: str, code: ErrorCode) -> None:
-        self.send(framing.BLS_RESPONSE, call_id, ("err", message, code), True)
+        self.send(BlsResponse(call_id, ([], None, (message, code)), True))
 
 
 def _error_response(ctx: RequestContext, err: ModelyardError) -> InferResponse:

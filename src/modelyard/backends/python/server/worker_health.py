@@ -8,10 +8,12 @@ the channel and the shared-memory pool these methods work on.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from modelyard.backends.instance import Instance
 from modelyard.backends.python.protocol import framing, tensor_pool
+from modelyard.backends.python.protocol.messages import IsReady, ServerMessage
 from modelyard.backends.python.server.readiness import UserReadiness, check_result
 from modelyard.backends.python.server.restart import Supervisor, describe_exit
 from modelyard.errors import ModelyardError
@@ -43,7 +45,9 @@ class WorkerHealth(Instance):
         self.name = spec.instance_name
         self._init_health()
 
-    async def _call(self, kind: str, payload: Any, timeout: float | None, what: str) -> Any:
+    async def _call(
+        self, request: Callable[[int], ServerMessage] | None, timeout: float | None, what: str
+    ) -> Any:
         raise NotImplementedError
 
     async def spawn(self) -> None:
@@ -78,7 +82,7 @@ class WorkerHealth(Instance):
 
     async def _probe_is_ready(self) -> bool:
         try:
-            return check_result(await self._call(framing.IS_READY, None, None, "is_ready"))
+            return check_result(await self._call(IsReady, None, "is_ready"))
         except ModelyardError:
             if not self._alive:
                 raise ModelyardError(

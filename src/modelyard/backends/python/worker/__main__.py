@@ -14,7 +14,7 @@ import socket
 import sys
 import threading
 
-from modelyard.backends.python.protocol import framing
+from modelyard.backends.python.protocol.messages import Log
 from modelyard.backends.python.worker.stub import Stub
 
 
@@ -34,7 +34,7 @@ class _ServerLog(logging.Handler):
                 pb_level = 3
             text = self.format(record)
             try:
-                self.stub.send(framing.LOG, pb_level, text, record.pathname, record.lineno)
+                self.stub.send(Log(pb_level, text, record.pathname, record.lineno))
             except OSError:  # the server is gone: keep the line anyway
                 sys.stderr.write(text + "\n")
         except Exception:

@@ -17,7 +17,17 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from modelyard.backends.python.protocol import framing, tensor_pool
+from modelyard.backends.python.protocol import tensor_pool
+from modelyard.backends.python.protocol.messages import (
+    Bls,
+    BlsCancel,
+    BlsResponse,
+    ControlResult,
+    LoadModel,
+    QueryModelReady,
+    Response,
+    UnloadModel,
+)
 
 if TYPE_CHECKING:
     from modelyard.backends.python.worker.runtime import StubRuntime
@@ -28,6 +38,7 @@ PARENTS: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
     "modelyard_bls_parents", default=()
 )
 
+Reply = BlsResponse | ControlResult
 # Waiting for a BLS reply is bounded even when the request sets no timeout: the server's
 # deadlock detection answers cycles at once, so this only guards against a lost server.
 DEFAULT_WAIT_S = 3600.0
@@ -37,19 +48,22 @@ class BlsClient:
     def __init__(self, runtime: StubRuntime):
         self.rt = runtime
         self._ids = itertools.count(1)
-        self._waiters: dict[int, Callable[[tuple[Any, ...]], None]] = {}
+        self._waiters: dict[int, Callable[[Reply], None]] = {}
         self._lock = threading.Lock()
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    def deliver(self, msg: tuple[Any, ...]) -> None:
+    def deliver(self, msg: Reply) -> None:
         with self._lock:
-            waiter = self._waiters.get(msg[1])
+            waiter = self._waiters.get(msg.call_id)
         if waiter is not None:
             waiter(msg)
 
-    def _register(self, waiter: Callable[[tuple[Any, ...]], None]) -> int:
-        call_id = next(self._ids)
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def _register(self, waiter: Callable[[Reply], None], call_id: int = 0) -> int:
+        call_id = call_id or next(self._ids)
         with self._lock:
             self._waiters[call_id] = waiter
         return call_id
@@ -58,80 +72,80 @@ class BlsClient:
         with self._lock:
             self._waiters.pop(call_id, None)
 
-    def _pack(self, request: Any) -> dict[str, Any]:
+    def _request(self, call_id: int, request: Any, decoupled: bool) -> Bls:
         inputs = []
         for t in request.inputs():
-            arr = t.as_numpy()
-            inputs.append(tensor_pool.pack_array(t.name(), arr, self.rt.stub.pool))
+            inputs.append(tensor_pool.pack_array(t.name(), t.as_numpy(), self.rt.stub.pool))
         params = request._params
         if params is None:
             text = request.parameters()
             params = json.loads(text) if text else {}
         version = request.model_version()
-        return {
-            "model_name": request.model_name(),
-            "model_version": "" if version is None or int(version) < 0 else str(version),
-            "id": request.request_id(),
-            "correlation_id": request.correlation_id(),
-            "flags": request.flags(),
-            "inputs": inputs,
-            "outputs": list(request.requested_output_names()),
-            "parameters": params or {},
-            "timeout_us": int(request.timeout() or 0),
-            "caller": self.rt.spec["instance_name"],
+        stub = self.rt.stub
+        return Bls(
+            call_id,
+            decoupled,
+            request.model_name(),
+            "" if version is None or int(version) < 0 else str(version),
+            request.request_id(),
+            request.correlation_id(),
+            request.flags(),
+            inputs,
+            list(request.requested_output_names()),
+            params or {},
+            int(request.timeout() or 0),
             # Only a call made by a blocked sync execute holds this instance while it waits.
-            "blocking": self.rt.stub.executing and threading.get_ident() == self.rt.stub.main_ident,
-            "caller_model": self.rt.spec["model_name"],
-            "parents": PARENTS.get(),
-        }
+            stub.executing and threading.get_ident() == stub.main_ident,
+            PARENTS.get(),
+        )
 
-    def _response(self, payload: Any) -> Any:
+    def _response(self, response: Response | None) -> Any:
         pb = self.rt.pb
-        if payload is None:  # a flag-only final
+        if response is None:  # a flag-only final
             return pb.InferenceResponse._from_server([], flag_only=True)
-        if payload[0] == "err":
-            error = pb.TritonError._from_server(payload[1], payload[2])
-            return pb.InferenceResponse._from_server([], error)
-        _, outputs, params = payload
+        outputs, params, error = response
+        if error is not None:
+            message, code = error
+            return pb.InferenceResponse._from_server([], pb.TritonError._from_server(message, code))
         tensors = []
         for packed in outputs:
-            name, _dt, arr = tensor_pool.unpack(packed, self.rt.stub.mapper)
+            name, _, arr = tensor_pool.unpack(packed, self.rt.stub.mapper)
             tensors.append(pb.Tensor._from_server(name, arr))
         return pb.InferenceResponse._from_server(tensors, None, params or None)
 
     def _send(self, call_id: int, request: Any, decoupled: bool) -> None:
-        self.rt.stub.send(framing.BLS, call_id, (self._pack(request), decoupled))
+        self.rt.stub.send(self._request(call_id, request, decoupled))
 
     @staticmethod
     def _wait_s(request: Any) -> float:
         t = int(request.timeout() or 0)
         return t / 1e6 + 5.0 if t > 0 else DEFAULT_WAIT_S
 
-    def _next_reply(
-        self, replies: queue.SimpleQueue[tuple[Any, ...]], wait_s: float
-    ) -> tuple[Any, ...]:
+    def _next_reply(self, replies: queue.SimpleQueue[Reply], wait_s: float) -> Reply:
         """The next reply for a blocked caller, reading the channel while no other thread
         does; raises queue.Empty after ``wait_s``."""
         self.rt.stub.baton.wait_for(lambda: not replies.empty(), wait_s)
         return replies.get_nowait()
 
-    def control(self, op: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
-        """A model-control call (load/unload/ready); blocks for the server's answer."""
-        replies: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        call_id = self._register(replies.put)
+    def control(self, op: str, request: LoadModel | UnloadModel | QueryModelReady) -> tuple[str, bool]:
+        """A model-control call (op: load/unload/ready); blocks for the server's answer:
+        (error text, "" on success; whether the model is ready)."""
+        replies: queue.SimpleQueue[Reply] = queue.SimpleQueue()
+        call_id = self._register(replies.put, request.call_id)
         try:
-            self.rt.stub.send(framing.CONTROL, call_id, (op, args))
+            self.rt.stub.send(request)
             msg = self._next_reply(replies, DEFAULT_WAIT_S)
         except queue.Empty:
-            return False, f"model control '{op}' got no answer from the server"
+            return f"model control '{op}' got no answer from the server", False
         finally:
             self._unregister(call_id)
-        return bool(msg[2]), msg[3]
+        assert type(msg) is ControlResult
+        return msg.error, msg.ready
 
     # -- exec -----------------------------------------------------------------------------
 
     def exec(self, request: Any, decoupled: bool) -> Any:
-        replies: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        replies: queue.SimpleQueue[Reply] = queue.SimpleQueue()
         call_id = self._register(replies.put)
         try:
             self._send(call_id, request, decoupled)
@@ -146,7 +160,7 @@ class BlsClient:
                 return self._timeout_response()
             finally:
                 self._unregister(call_id)
-            return self._response(msg[2])
+            return self._response(_bls_response(msg).response)
         return BlsStream(self, call_id, replies, wait_s)
 
     def _timeout_response(self) -> Any:
@@ -162,11 +176,11 @@ class BlsClient:
         """An awaitable: the response, or (decoupled) a blocking iterator whose first response
         has already arrived, as Triton gives it."""
         loop = asyncio.get_running_loop()
-        first: asyncio.Future[tuple[Any, ...]] = loop.create_future()
-        rest: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        first: asyncio.Future[Reply] = loop.create_future()
+        rest: queue.SimpleQueue[Reply] = queue.SimpleQueue()
         got_first = threading.Event()
 
-        def put(msg: tuple[Any, ...]) -> None:
+        def put(msg: Reply) -> None:
             if got_first.is_set():
                 rest.put(msg)
                 return
@@ -184,9 +198,14 @@ class BlsClient:
             raise
         return self._await_first(call_id, first, rest, decoupled, self._wait_s(request))
 
-    async def _await_first(self, call_id: int, first: asyncio.Future[tuple[Any, ...]],
-                           rest: queue.SimpleQueue[tuple[Any, ...]], decoupled: bool,
-                           wait_s: float) -> Any:  # fmt: skip
+    async def _await_first(
+        self,
+        call_id: int,
+        first: asyncio.Future[Reply],
+        rest: queue.SimpleQueue[Reply],
+        decoupled: bool,
+        wait_s: float,
+    ) -> Any:
         try:
             msg = await asyncio.wait_for(first, wait_s)
         except asyncio.TimeoutError:
@@ -197,7 +216,7 @@ class BlsClient:
             self.rt.stub.baton.urgent(-1)
         if not decoupled:
             self._unregister(call_id)
-            return self._response(msg[2])
+            return self._response(_bls_response(msg).response)
         return BlsStream(self, call_id, rest, wait_s, first=msg)
 
 
@@ -211,9 +230,9 @@ class BlsStream:
         self,
         client: BlsClient,
         call_id: int,
-        replies: queue.SimpleQueue[tuple[Any, ...]],
+        replies: queue.SimpleQueue[Reply],
         wait_s: float,
-        first: tuple[Any, ...] | None = None,
+        first: Reply | None = None,
     ) -> None:
         self._client = client
         self._call_id = call_id
@@ -236,13 +255,14 @@ class BlsStream:
             except queue.Empty:
                 self._end()
                 return self._client._timeout_response()
-        if msg[3]:
+        reply = _bls_response(msg)
+        if reply.final:
             self._end()
-        return self._client._response(msg[2])
+        return self._client._response(reply.response)
 
     def cancel(self) -> None:
         if not self._ended:
-            self._client.rt.stub.send(framing.BLS_CANCEL, self._call_id)
+            self._client.rt.stub.send(BlsCancel(self._call_id))
 
     def _end(self) -> None:
         self._ended = True
@@ -253,6 +273,11 @@ class BlsStream:
             self._client._unregister(self._call_id)
 
 
-def _resolve(fut: asyncio.Future[tuple[Any, ...]], msg: tuple[Any, ...]) -> None:
+def _resolve(fut: asyncio.Future[Reply], msg: Reply) -> None:
     if not fut.done():
         fut.set_result(msg)
+
+
+def _bls_response(msg: Reply) -> BlsResponse:
+    assert type(msg) is BlsResponse  # a BLS call's id is answered by BLS responses only
+    return msg

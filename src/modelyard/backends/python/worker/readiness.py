@@ -10,9 +10,8 @@ import queue
 import threading
 from typing import Any
 
-from modelyard.backends.python.protocol import framing
 from modelyard.backends.python.protocol.error_text import format_exception
-from modelyard.backends.python.protocol.messages import ErrorCode
+from modelyard.backends.python.protocol.messages import ErrorCode, Result
 
 
 class StubReadiness:
@@ -35,9 +34,10 @@ class StubReadiness:
             try:
                 ready = self._check()
             except BaseException as e:  # the model's code may raise anything
-                self._stub.send(framing.RESULT, call_id, False, (ErrorCode.INTERNAL, format_exception(e)))
+                error = (format_exception(e), ErrorCode.INTERNAL)
+                self._stub.send(Result(call_id, None, error))
                 continue
-            self._stub.send(framing.RESULT, call_id, True, ready)
+            self._stub.send(Result(call_id, ready, None))
 
     def _check(self) -> Any:
         """What ``is_ready()`` returned (the server checks that it is a bool)."""

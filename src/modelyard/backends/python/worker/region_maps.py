@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from modelyard.backends.python.protocol.client_regions import SHM_ROOT
+from modelyard.backends.python.protocol.messages import OutputDestination, RegionInfo
 from modelyard.backends.python.protocol.tensor_pool import flat_view
 
 MAX_CACHED = 32  # mappings kept per worker (per kind); the oldest goes first
@@ -33,8 +34,8 @@ class ClientRegions:
         # Unregistered while a request used them: mapped per use from then on, never cached.
         self._forgotten: set[int] = set()
 
-    def _region(self, info: tuple[Any, ...], writable: bool) -> memoryview:
-        token = info[0]
+    def _region(self, info: RegionInfo, writable: bool) -> memoryview:
+        token = info[0]  # (the registration: RegionInfo's first item)
         maps = self._maps[writable]
         with self._lock:
             entry = maps.get(token)
@@ -57,14 +58,15 @@ class ClientRegions:
         try:
             view = self._region(info, writable=False)
         except OSError as e:
+            _token, key, *_ = info
             raise RegionError(
-                f"Unable to map shared memory region with key '{info[1]}' for an input: {e}"
+                f"Unable to map shared memory region with key '{key}' for an input: {e}"
             ) from None
         if offset < 0 or offset + nbytes > len(view):
             raise RegionError(f"input of {nbytes} bytes at {offset} is outside its region")
         return flat_view(view, datatype, nbytes, offset).reshape(shape)
 
-    def write(self, dest: tuple[Any, ...], array: np.ndarray[Any, Any]) -> int | None:
+    def write(self, dest: OutputDestination, array: np.ndarray[Any, Any]) -> int | None:
         """Copy ``array`` into its destination; the bytes written, or None when it cannot go
         there (too large, BYTES, region gone): the server then writes it, or fails, as before."""
         info, offset, byte_size = dest
@@ -92,7 +94,7 @@ class ClientRegions:
             _close(mm, view)
 
 
-def _map(info: tuple[Any, ...], writable: bool) -> tuple[mmap.mmap, memoryview]:
+def _map(info: RegionInfo, writable: bool) -> tuple[mmap.mmap, memoryview]:
     """Map [offset, offset + byte_size) of the region's object; OSError when it is not the
     object the server registered any more (unlinked and recreated, shrunk)."""
     _token, key, file_id, offset, byte_size = info

@@ -10,9 +10,24 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from modelyard.backends.python.protocol import client_regions, framing, tensor_pool
+from modelyard.backends.python.protocol import client_regions, tensor_pool
 from modelyard.backends.python.protocol.error_text import control_error_text, format_exception
-from modelyard.backends.python.protocol.messages import ErrorCode
+from modelyard.backends.python.protocol.messages import (
+    BlsResponse,
+    Cancel,
+    ControlResult,
+    ErrorCode,
+    LoadModel,
+    Log,
+    ModelSetup,
+    OutputDestination,
+    PackedTensor,
+    QueryModelReady,
+    RequestItem,
+    Response,
+    Send,
+    UnloadModel,
+)
 from modelyard.backends.python.protocol.release_flags import (
     RESCHEDULE,
     is_iterative,
@@ -28,60 +43,72 @@ if TYPE_CHECKING:
 log = logging.getLogger("modelyard.stub")
 
 class StubRuntime:
-    def __init__(self, stub: Stub, spec: dict[str, Any]):
+    def __init__(self, stub: Stub, setup: ModelSetup):
         self.stub = stub
-        self.spec = spec
         import triton_python_backend_utils as pb
 
         self.pb = pb
         self.bls = BlsClient(self)
         self.cancelled: set[int] = set()
-        outputs = (
-            json.loads(spec["config_json"]).get("output", []) if spec.get("config_json") else []
-        )
+        self.adopt(setup)
+
+    def adopt(self, setup: ModelSetup) -> None:
+        """Serve the model ``setup`` describes (auto-complete ran with a provisional one)."""
+        self.setup = setup
+        config_json = setup.config_json
+        outputs = json.loads(config_json).get("output", []) if config_json else []
         self.all_outputs: list[str] = [o["name"] for o in outputs]
-        self.iterative = is_iterative(spec.get("config_json") or "")
+        self.iterative = is_iterative(config_json)
 
     # -- requests in, responses out ----------------------------------------------------------
 
-    def make_request(self, item: tuple[Any, ...]) -> Any:
-        (key, req_id, corr_id, flags, inputs, output_names, params, timeout_us,
-         _model_name, _model_version, dests) = item  # fmt: skip
+    def make_request(self, item: RequestItem) -> Any:
+        key, req_id, corr_id, flags, inputs, output_names, params, timeout_us, dests = item
         pb = self.pb
+        setup = self.setup
         tensors = []
         for packed in inputs:
-            payload = packed[3]
-            if type(payload) is tuple and payload[0] == client_regions.INPUT:
-                arr = self.stub.regions.input(payload, packed[1], packed[2])
-                tensors.append(pb.Tensor._from_server(packed[0], arr))
-                continue
-            name, _datatype, arr = tensor_pool.unpack(packed, self.stub.mapper)
+            name, datatype, shape, data = packed
+            if type(data) is tuple and data[0] == client_regions.INPUT:
+                arr = self.stub.regions.input(data, datatype, shape)
+            else:
+                _, _, arr = tensor_pool.unpack(packed, self.stub.mapper)
             tensors.append(pb.Tensor._from_server(name, arr))
         if output_names is None:
             output_names = self.all_outputs
         sender = pb.InferenceResponseSender(
             lambda resp, fl, _k=key, _n=output_names, _d=dests: self._send(_k, resp, fl, _n, _d),
-            bool(self.spec["decoupled"]),
+            setup.decoupled,
             lambda _k=key: _k in self.cancelled,
         )
         request = pb.InferenceRequest._from_server(
-            request_id=req_id, correlation_id=corr_id, model_name=self.spec["model_name"],
-            model_version=int(self.spec["version"]), flags=flags, inputs=tensors,
-            requested_output_names=output_names, parameters=params or None, timeout=timeout_us,
+            request_id=req_id,
+            correlation_id=corr_id,
+            model_name=setup.model_name,
+            model_version=setup.version,
+            flags=flags,
+            inputs=tensors,
+            requested_output_names=output_names,
+            parameters=params or None,
+            timeout=timeout_us,
             response_sender=sender,
-        )  # fmt: skip
+        )
         request._modelyard_key = key
         request._modelyard_outputs = output_names
         request._modelyard_dests = dests
         return request
 
-    def pack_response(self, response: Any, output_names: list[str] | None,
-                      dests: dict[str, Any] | None = None) -> tuple[Any, ...]:  # fmt: skip
+    def pack_response(
+        self,
+        response: Any,
+        output_names: list[str] | None,
+        dests: dict[str, OutputDestination] | None = None,
+    ) -> Response:
         err = response.error()
         if err is not None:
-            return ("err", err.message(), err.code())
+            return ([], None, (err.message(), err.code()))
         wanted = None if output_names is None else set(output_names)
-        outputs = []
+        outputs: list[PackedTensor] = []
         for t in response.output_tensors():
             name = t.name()
             if wanted is not None and name not in wanted:
@@ -94,15 +121,15 @@ class StubRuntime:
                     outputs.append(client_regions.written_output(name, arr, written))
                     continue
             outputs.append(tensor_pool.pack_array(name, arr, self.stub.pool))
-        return ("ok", outputs, response._params or None)
+        return (outputs, response._params or None, None)
 
-    def collect_responses(self, requests: list[Any], returned: Any) -> list[Any]:
+    def collect_responses(self, requests: list[Any], returned: Any) -> list[Response | None]:
         """Validate execute's return value as Triton does and pack each response."""
         pb = self.pb
-        if self.spec["decoupled"]:
+        if self.setup.decoupled:
             if returned is not None:
                 raise _failure(
-                    f"Python model '{self.spec['instance_name']}' is using the decoupled mode and "
+                    f"Python model '{self.setup.instance_name}' is using the decoupled mode and "
                     "the execute function must return None."
                 )
             return [None] * len(requests)
@@ -116,7 +143,7 @@ class StubRuntime:
                 f"objects. InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) "
                 f"size is:{len(returned)}\n"
             )
-        results: list[Any] = []
+        results: list[Response | None] = []
         for req, resp in zip(requests, returned, strict=False):
             if resp is None:
                 results.append(None)
@@ -135,21 +162,27 @@ class StubRuntime:
                 self.cancelled.discard(req._modelyard_key)
         return results
 
-    def release(self, requests: list[Any], results: list[Any]) -> Any:
-        """execute's result frame: the packed responses, plus the indices of the requests to
-        execute again when the model rescheduled some (see release.py)."""
+    def release(self, requests: list[Any]) -> tuple[int, ...]:
+        """The indices of the requests the model rescheduled, to execute again (an iterative
+        model), after refusing them for any other model (see release_flags.py)."""
         indices = rescheduled(requests)
         if not indices:
-            return results
+            return ()
         if not self.iterative:
             refuse(self.pb, requests, indices)
-            return results
-        return (results, indices)
+            return ()
+        return tuple(indices)
 
-    def _send(self, key: int, response: Any, flags: int, output_names: list[str] | None,
-              dests: dict[str, Any] | None = None) -> None:  # fmt: skip
+    def _send(
+        self,
+        key: int,
+        response: Any,
+        flags: int,
+        output_names: list[str] | None,
+        dests: dict[str, OutputDestination] | None = None,
+    ) -> None:
         payload = None if response is None else self.pack_response(response, output_names, dests)
-        self.stub.send(framing.SEND, key, payload, flags)
+        self.stub.send(Send(key, payload, flags))
         if flags & 1 and self.cancelled:
             self.cancelled.discard(key)  # answered: nothing will ask about it again
 
@@ -173,7 +206,7 @@ class StubRuntime:
 
     def log(self, level: int, message: str, filename: str, line: int) -> None:
         try:
-            self.stub.send(framing.LOG, level, message, filename, line)
+            self.stub.send(Log(level, message, filename, line))
         except OSError:  # the server is gone (e.g. a model thread logging during shutdown)
             from triton_python_backend_utils._runtime import print_log
 
@@ -182,13 +215,13 @@ class StubRuntime:
     def model_dir(self) -> str:
         import os
 
-        return str(os.path.dirname(self.spec["model_file"]))
+        return str(os.path.dirname(self.setup.model_file))
 
-    def deliver(self, msg: tuple[Any, ...]) -> None:
+    def deliver(self, msg: BlsResponse | ControlResult | Cancel) -> None:
         """A BLS response, control result or cancellation from the server (on the thread that
         read it, see baton.py)."""
-        if msg[0] == framing.CANCEL:
-            self.cancelled.update(msg[1])
+        if isinstance(msg, Cancel):
+            self.cancelled.update(msg.keys)
             return
         self.bls.deliver(msg)
 
@@ -206,21 +239,21 @@ class StubRuntime:
         self._check_bls()
         return self.bls.async_exec(request, decoupled)
 
-    def _control(self, op: str, *args: Any) -> Any:
-        ok, payload = self.bls.control(op, args)
-        if not ok:
-            text = control_error_text(op, self.spec["instance_name"], payload)
+    def _control(self, op: str, request: LoadModel | UnloadModel | QueryModelReady) -> bool:
+        error, ready = self.bls.control(op, request)
+        if error:
+            text = control_error_text(op, self.setup.instance_name, error)
             raise self.pb.TritonModelException(text)
-        return payload
+        return ready
 
     def load_model(self, name: str, config: str, files: dict[str, bytes] | None) -> None:
-        self._control("load", name, config, files or {})
+        self._control("load", LoadModel(self.bls.next_id(), name, config, files or {}))
 
     def unload_model(self, name: str, unload_dependents: bool) -> None:
-        self._control("unload", name, unload_dependents)
+        self._control("unload", UnloadModel(self.bls.next_id(), name, unload_dependents))
 
     def is_model_ready(self, name: str, version: str) -> bool:
-        return bool(self._control("ready", name, version))
+        return self._control("ready", QueryModelReady(self.bls.next_id(), name, version))
 
 
 def _failure(message: str) -> Exception:

@@ -9,19 +9,40 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import logging
 import os
 import queue
 import socket
 import sys
 import threading
-from typing import Any
+from typing import Any, cast
 
 from modelyard.backends.python.protocol import framing, tensor_pool
 from modelyard.backends.python.protocol.error_text import batch_error, format_exception
-from modelyard.backends.python.protocol.messages import ErrorCode
-from modelyard.backends.python.protocol.release_flags import is_iterative
+from modelyard.backends.python.protocol.messages import (
+    AsyncExecuted,
+    Autocomplete,
+    BlsResponse,
+    Cancel,
+    ControlResult,
+    ErrorCode,
+    ErrorReply,
+    Execute,
+    Executed,
+    Finalize,
+    ForgetRegions,
+    Free,
+    Init,
+    IsReady,
+    Metrics,
+    ModelSetup,
+    Ready,
+    RequestItem,
+    Result,
+    WorkerMessage,
+    from_wire,
+    to_wire,
+)
 from modelyard.backends.python.worker.baton import ReadBaton
 from modelyard.backends.python.worker.bls_client import PARENTS
 from modelyard.backends.python.worker.readiness import StubReadiness
@@ -29,6 +50,8 @@ from modelyard.backends.python.worker.region_maps import ClientRegions, RegionEr
 from modelyard.backends.python.worker.runtime import Failure, StubRuntime
 
 log = logging.getLogger("modelyard.stub")
+
+Command = Execute | Init | Autocomplete | Finalize  # what the main thread runs, in order
 
 
 class Stub:
@@ -40,12 +63,12 @@ class Stub:
         self.regions = ClientRegions()  # client shm regions the server passes by reference
         self._to_free: list[str] = []
         self._free_lock = threading.Lock()
-        self.work: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self.work: queue.SimpleQueue[Command | None] = queue.SimpleQueue()
         self.model: Any = None
-        self.spec: dict[str, Any] = {}
+        self.setup: ModelSetup | None = None
         self.pb: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.runtime: Any = None
+        self.runtime: StubRuntime | None = None
         self.phase = "starting"  # initialize -> ready -> finalize; BLS only when ready
         self.executing = False  # the main thread is inside a sync execute
         self.main_ident = threading.get_ident()
@@ -57,19 +80,19 @@ class Stub:
         with self._free_lock:
             self._to_free.append(name)
 
-    def send(self, *message: Any) -> None:
+    def send(self, message: WorkerMessage) -> None:
         if self._to_free:
             with self._free_lock:
                 names, self._to_free = self._to_free, []
             if names:
-                self.chan.send((framing.FREE, names))
-        self.chan.send(message)
+                self.chan.send(to_wire(Free(names)))
+        self.chan.send(to_wire(message))
 
     def reader(self) -> None:
         """The reader thread: reads when no other thread does and something must be read."""
         self.baton.run_reader()
 
-    def _next_work(self) -> tuple[Any, ...] | None:
+    def _next_work(self) -> Command | None:
         """The main thread's next command, read by itself from the channel when none is queued."""
         work = self.work
         try:
@@ -83,82 +106,81 @@ class Stub:
         except queue.Empty:
             return None
 
-    def _dispatch(self, msg: tuple[Any, ...] | None) -> bool:
+    def _dispatch(self, wire: tuple[Any, ...] | None) -> bool:
         """Handle one message from the server, on whichever thread read it; False at the end
         of the stream."""
-        if msg is None:
+        if wire is None:
             self.work.put(None)
             return False
-        kind = msg[0]
-        if kind == framing.FREE:
-            self.pool.release(msg[1])
-        elif kind == framing.FORGET_REGIONS:
-            self.regions.forget(msg[1])
-        elif kind == framing.METRICS:  # answered here: the main thread may be in execute
-            from triton_python_backend_utils._metrics import snapshot
-
-            self.send(framing.RESULT, msg[1], True, snapshot())
-        elif kind == framing.IS_READY:  # answered off the main thread: execute may be running
-            self.readiness.ask(msg[1])
-        elif kind in (framing.BLS_RESPONSE, framing.CONTROL_RESULT, framing.CANCEL):
+        msg = from_wire(wire)
+        if type(msg) is Free:
+            self.pool.release(msg.segments)
+        elif type(msg) is BlsResponse or type(msg) is ControlResult or type(msg) is Cancel:
             if self.runtime is not None:
                 self.runtime.deliver(msg)
+        elif type(msg) is ForgetRegions:
+            self.regions.forget(msg.tokens)
+        elif type(msg) is Metrics:  # answered here: the main thread may be in execute
+            from triton_python_backend_utils._metrics import snapshot
+
+            self.send(Result(msg.call_id, snapshot(), None))
+        elif type(msg) is IsReady:  # answered off the main thread: execute may be running
+            self.readiness.ask(msg.call_id)
         else:
-            self.work.put(msg)
+            self.work.put(cast(Command, msg))  # run in order by the main thread
         return True
 
     def run(self) -> None:
         threading.Thread(target=self.reader, name="modelyard-reader", daemon=True).start()
-        self.send(framing.READY)
+        self.send(Ready())
         while True:
             msg = self._next_work()
             if msg is None:
                 break
             self.baton.busy()
-            kind, call_id, payload = msg
+            if type(msg) is Execute:
+                self.send(self.execute(msg.call_id, msg.requests))
+                continue
+            call_id = msg.call_id
             try:
-                if kind == framing.EXECUTE:
-                    result: Any = self.execute(call_id, payload)
-                elif kind == framing.AUTOCOMPLETE:
-                    result = self.autocomplete(*payload)
-                elif kind == framing.INIT:
-                    self.initialize(payload)
-                    result = hasattr(self.model, "is_ready")  # no IPC at all for models without
-                elif kind == framing.FINALIZE:
-                    self.finalize()
-                    self.send(framing.RESULT, call_id, True, None)
-                    break
-                else:
-                    raise RuntimeError(f"unknown command {kind!r}")
+                match msg:
+                    case Init(_, setup):
+                        self.initialize(setup)
+                        value: Any = hasattr(self.model, "is_ready")  # no IPC for models without
+                    case Autocomplete(_, setup, config):
+                        value = self.autocomplete(setup, config)
+                    case Finalize():
+                        self.finalize()
+                        self.send(Result(call_id, None, None))
+                        break
             except Failure as f:
-                self.send(framing.RESULT, call_id, False, (f.code, f.message))
+                self.send(Result(call_id, None, (f.message, f.code)))
                 continue
             except BaseException as e:  # the model's code may raise anything
-                self.send(framing.RESULT, call_id, False, (ErrorCode.INTERNAL, format_exception(e)))
+                self.send(Result(call_id, None, (format_exception(e), ErrorCode.INTERNAL)))
                 continue
-            self.send(framing.RESULT, call_id, True, result)
+            self.send(Result(call_id, value, None))
         self.pool.close()
 
     # -- model lifecycle -------------------------------------------------------------------
 
-    def _setup(self, spec: dict[str, Any]) -> None:
-        if self.pb is not None:
-            return
-        self.spec = spec
-        version_dir = os.path.dirname(spec["model_file"])
-        for p in (version_dir, spec["model_dir"]):
+    def _setup(self, setup: ModelSetup) -> StubRuntime:
+        if self.runtime is not None:
+            return self.runtime
+        self.setup = setup
+        version_dir = os.path.dirname(setup.model_file)
+        for p in (version_dir, setup.model_dir):
             if p not in sys.path:
                 sys.path.append(p)
         import triton_python_backend_utils as pb
 
-
         self.pb = pb
-        self.runtime = StubRuntime(self, spec)
+        self.runtime = StubRuntime(self, setup)
         pb.set_runtime(self.runtime)
+        return self.runtime
 
-    def _import_model(self) -> Any:
-        spec = self.spec
-        path = spec["model_file"]
+    def _import_model(self, setup: ModelSetup) -> Any:
+        path = setup.model_file
         if not path.endswith(".py"):
             raise Failure(ErrorCode.INTERNAL, f"Model name must end with '.py', got '{path}'")
         if not os.path.isfile(path):
@@ -169,12 +191,14 @@ class Stub:
         module = importlib.import_module(f"{version}.{module_name}")
         cls = getattr(module, "TritonPythonModel", None)
         if cls is None:
-            raise Failure(ErrorCode.INTERNAL, f"Python model '{path}' has no class 'TritonPythonModel'")
+            raise Failure(
+                ErrorCode.INTERNAL, f"Python model '{path}' has no class 'TritonPythonModel'"
+            )
         return cls
 
-    def autocomplete(self, spec: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-        self._setup(spec)
-        cls = self._import_model()
+    def autocomplete(self, setup: ModelSetup, config: dict[str, Any]) -> dict[str, Any]:
+        self._setup(setup)
+        cls = self._import_model(setup)
         fn = getattr(cls, "auto_complete_config", None)
         if fn is None:
             return config
@@ -183,30 +207,27 @@ class Stub:
         if not isinstance(result, pb.ModelConfig):
             raise Failure(
                 ErrorCode.INTERNAL,
-                f"auto_complete_config function in model '{spec['model_name']}' must return "
+                f"auto_complete_config function in model '{setup.model_name}' must return "
                 "a valid pb.ModelConfig object.",
             )
         completed: dict[str, Any] = result.as_dict()
         return completed
 
-    def initialize(self, spec: dict[str, Any]) -> None:
-        self._setup(spec)
-        self.spec = spec
-        self.runtime.spec = spec
-        outputs = json.loads(spec["config_json"]).get("output", [])
-        self.runtime.all_outputs = [o["name"] for o in outputs]
-        self.runtime.iterative = is_iterative(spec["config_json"])
-        cls = self._import_model()
+    def initialize(self, setup: ModelSetup) -> None:
+        runtime = self._setup(setup)
+        self.setup = setup
+        runtime.adopt(setup)
+        cls = self._import_model(setup)
         self.model = cls()
         if hasattr(self.model, "initialize"):
             args = {
-                "model_config": spec["config_json"],
-                "model_instance_kind": spec["instance_kind"],
-                "model_instance_name": spec["instance_name"],
-                "model_instance_device_id": str(spec["device_id"]),
-                "model_repository": spec["model_dir"],
-                "model_version": str(spec["version"]),
-                "model_name": spec["model_name"],
+                "model_config": setup.config_json,
+                "model_instance_kind": setup.instance_kind,
+                "model_instance_name": setup.instance_name,
+                "model_instance_device_id": str(setup.device_id),
+                "model_repository": setup.model_dir,
+                "model_version": str(setup.version),
+                "model_name": setup.model_name,
             }
             self.phase = "initialize"
             self._run_maybe_async(self.model.initialize(args))
@@ -218,9 +239,8 @@ class Stub:
             try:
                 self._run_maybe_async(self.model.finalize())
             except BaseException as e:
-                log.info(
-                    "finalize of %s raised: %s", self.spec.get("instance_name"), format_exception(e)
-                )
+                name = self.setup.instance_name if self.setup is not None else ""
+                log.info("finalize of %s raised: %s", name, format_exception(e))
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
 
@@ -247,64 +267,63 @@ class Stub:
 
     # -- execute ---------------------------------------------------------------------------
 
-    def execute(self, call_id: int, items: list[tuple[Any, ...]]) -> Any:
-        if self.model is None or not hasattr(self.model, "execute"):
-            raise Failure(
-                ErrorCode.INTERNAL,
-                f"Python model {self.spec.get('model_file')} does not implement `execute` method.",
-            )
+    def execute(self, call_id: int, items: list[RequestItem]) -> Executed:
+        runtime, setup = self.runtime, self.setup
+        if runtime is None or setup is None or not hasattr(self.model, "execute"):
+            file = setup.model_file if setup is not None else None
+            message = f"Python model {file} does not implement `execute` method."
+            return Executed(call_id, None, (), (message, ErrorCode.INTERNAL))
         try:
-            requests = [self.runtime.make_request(item) for item in items]
+            requests = [runtime.make_request(item) for item in items]
         except RegionError as e:
-            raise Failure(ErrorCode.INTERNAL, str(e)) from None
+            return Executed(call_id, None, (), (str(e), ErrorCode.INTERNAL))
         self.executing = True
         # BLS calls made from here (and from tasks the coroutine starts) belong to this batch:
         # the server cancels them when the batch's requests are cancelled.
-        parents = PARENTS.set(tuple(item[0] for item in items))
+        parents = PARENTS.set(tuple([r._modelyard_key for r in requests]))
         try:
             returned = self.model.execute(requests)
             if asyncio.iscoroutine(returned):
-                if self.runtime.iterative:
+                if runtime.iterative:
                     # A request is released (maybe rescheduled) when execute has finished.
                     returned = self._run_maybe_async(returned)
-                elif self.spec["decoupled"]:
-                    self.runtime.run_in_background(returned, self.event_loop(), requests)
+                elif setup.decoupled:
+                    runtime.run_in_background(returned, self.event_loop(), requests)
                     returned = None
                 else:
-                    self._finish_async(call_id, requests, returned)
-                    return framing.ASYNC_ACCEPTED
-            results = self.runtime.collect_responses(requests, returned)
-            return self.runtime.release(requests, results)
+                    self._finish_async(runtime, call_id, requests, returned)
+                    return Executed(call_id, None, (), None)
+            responses = runtime.collect_responses(requests, returned)
+            return Executed(call_id, responses, runtime.release(requests), None)
         except Failure as f:
-            raise Failure(ErrorCode.INTERNAL, self._batch_error(f.message)) from None
+            return Executed(call_id, None, (), self._batch_error(f.message))
         except BaseException as e:
-            raise Failure(ErrorCode.INTERNAL, self._batch_error(format_exception(e))) from None
+            return Executed(call_id, None, (), self._batch_error(format_exception(e)))
         finally:
             PARENTS.reset(parents)
             self.executing = False
 
-    def _batch_error(self, detail: str) -> str:
-        return batch_error(self.spec["instance_name"], detail)
+    def _batch_error(self, detail: str) -> ErrorReply:
+        name = self.setup.instance_name if self.setup is not None else ""
+        return (batch_error(name, detail), ErrorCode.INTERNAL)
 
-    def _finish_async(self, call_id: int, requests: list[Any], coro: Any) -> None:
+    def _finish_async(
+        self, runtime: StubRuntime, call_id: int, requests: list[Any], coro: Any
+    ) -> None:
         """Run a default-mode `async def execute` without blocking this instance: other
         batches may start while it awaits (Triton serializes them)."""
         fut = asyncio.run_coroutine_threadsafe(coro, self.event_loop())
 
         def done(f: Any) -> None:
             try:
-                results = self.runtime.collect_responses(requests, f.result())
-                results = self.runtime.release(requests, results)
+                responses = runtime.collect_responses(requests, f.result())
+                rescheduled = runtime.release(requests)
             except Failure as e:
-                self.send(framing.RESPONSES, call_id, False, (ErrorCode.INTERNAL, self._batch_error(e.message)))
+                self.send(AsyncExecuted(call_id, None, (), self._batch_error(e.message)))
             except BaseException as e:
-                self.send(
-                    framing.RESPONSES,
-                    call_id,
-                    False,
-                    (ErrorCode.INTERNAL, self._batch_error(format_exception(e))),
-                )
+                error = self._batch_error(format_exception(e))
+                self.send(AsyncExecuted(call_id, None, (), error))
             else:
-                self.send(framing.RESPONSES, call_id, True, results)
+                self.send(AsyncExecuted(call_id, responses, rescheduled, None))
 
         fut.add_done_callback(done)
