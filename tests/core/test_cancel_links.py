@@ -3,7 +3,7 @@ end-to-end behaviour is in tests/backends/python/test_reschedule_cancel.py)."""
 
 from __future__ import annotations
 
-from modelyard.core.bls import link_to_parents
+from modelyard.backends.python.server.bls import link_to_parents
 from modelyard.errors import ErrorCode
 from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse

@@ -11,9 +11,9 @@ from typing import Any
 
 from modelyard.config.render import model_metadata as render_metadata
 from modelyard.core import health
-from modelyard.core.bls import CoreHandlers
 from modelyard.core.ensembles import EnsembleLoadError
 from modelyard.core.file_override import remove as remove_override
+from modelyard.core.host import CoreHost
 from modelyard.core.index import repository_index
 from modelyard.core.lifecycle import LoadOptions, ModelVersion, load_model
 from modelyard.core.loading import ModelLoads
@@ -76,7 +76,7 @@ class InferenceServer:
     def __init__(self, options: ServerOptions):
         self.options = options
         self.registry = ModelRegistry(options.repositories)
-        self.handlers = CoreHandlers(self)
+        self.host = CoreHost(self)  # what the backends get of the core
         self.log_settings = LogSettings()
         self.trace_settings = TraceSettings()
         self.loads = ModelLoads(options.load_threads)
@@ -153,7 +153,7 @@ class InferenceServer:
             entry.state, entry.reason = "LOADING", ""
         try:
             versions = await load_model(
-                name, str(location), self.options.load, self.handlers, override
+                name, str(location), self.options.load, self, override
             )
         except EnsembleLoadError as e:
             if not entry.versions:  # Triton lists such an ensemble with no state
@@ -459,7 +459,7 @@ class InferenceServer:
                 raise InvalidArgument(
                     f"requested model version is not available for model '{name}'"
                 )
-            return {"model_stats": [entry.versions[v].stats.as_dict()]}  # type: ignore[index]
+            return {"model_stats": [entry.versions[v].stats.as_dict()]}
         return {"model_stats": [mv.stats.as_dict() for _, mv in sorted(entry.versions.items())]}
 
     # -- system shared memory (serving/shm_regions.py) ----------------------------------------

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelyard.backends.instance import Instance
 from modelyard.backends.python.server.backend import (
@@ -15,7 +15,7 @@ from modelyard.backends.python.server.backend import (
     prepare_exec_env,
     run_auto_complete,
 )
-from modelyard.backends.python.server.process_instance import PythonWorker, WorkerHandlers
+from modelyard.backends.python.server.process_instance import PythonWorker
 from modelyard.config import render
 from modelyard.config.normalize import normalize_config
 from modelyard.config.pbtxt import load_config_file
@@ -31,6 +31,9 @@ from modelyard.scheduling.dynamic import BatcherConfig, DynamicBatcher
 from modelyard.scheduling.iterative import IterativeSequenceBatcher
 from modelyard.scheduling.sequence import SequenceBatcher
 from modelyard.serving.stats import ModelStats
+
+if TYPE_CHECKING:
+    from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
 
@@ -111,7 +114,7 @@ async def load_model(
     name: str,
     model_dir: str,
     opts: LoadOptions,
-    handlers: WorkerHandlers,
+    core: InferenceServer,
     override: Any | None = None,
 ) -> list[ModelVersion]:
     """Load every version the policy selects; raise ModelyardError naming the cause."""
@@ -119,7 +122,7 @@ async def load_model(
     if cfg.platform == "ensemble":
         from modelyard.core.ensembles import load_ensemble
 
-        return await load_ensemble(name, model_dir, cfg, handlers.core)  # type: ignore[attr-defined]
+        return await load_ensemble(name, model_dir, cfg, core)
     if is_tensor_model(cfg):
         return await load_tensor_model(name, model_dir, cfg, opts)
     if cfg.backend != "python":
@@ -134,7 +137,7 @@ async def load_model(
     env = await prepare_exec_env(cfg, model_dir, max(versions), py)
     first: PythonWorker | None = None
     if opts.auto_complete:
-        cfg, first = await run_auto_complete(cfg, model_dir, max(versions), py, handlers, env)
+        cfg, first = await run_auto_complete(cfg, model_dir, max(versions), py, core.host, env)
         try:
             cfg = normalize_config(cfg, name, model_dir=model_dir, backend_default_max_batch_size=py.default_max_batch_size,
                                    auto_complete=True)  # fmt: skip
@@ -151,7 +154,7 @@ async def load_model(
     loaded: list[ModelVersion] = []
     try:
         for v in sorted(versions, reverse=True):
-            instances = create_instances(cfg, model_dir, v, py, handlers, first, env)
+            instances = create_instances(cfg, model_dir, v, py, core.host, first, env)
             first = None
             results = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
             errors = [r for r in results if isinstance(r, BaseException)]

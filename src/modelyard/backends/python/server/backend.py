@@ -11,14 +11,11 @@ from typing import Any
 
 from modelyard.backends.instance import Instance
 from modelyard.backends.python.server import exec_env
-from modelyard.backends.python.server.process_instance import (
-    PythonWorker,
-    WorkerHandlers,
-    WorkerSpec,
-)
+from modelyard.backends.python.server.process_instance import PythonWorker, WorkerSpec
 from modelyard.backends.python.server.restart import RestartPolicy
 from modelyard.config.render import config_to_json
 from modelyard.errors import ConfigError, ErrorCode, VersionLoadError
+from modelyard.serving.host import ModelHost
 
 log = logging.getLogger("modelyard")
 
@@ -186,7 +183,7 @@ async def run_auto_complete(
     model_dir: str,
     version: int,
     opts: PythonBackendOptions,
-    handlers: WorkerHandlers,
+    host: ModelHost | None,
     env: exec_env.ExecEnv | None = None,
 ) -> tuple[Any, PythonWorker | None]:
     """Run the model's ``auto_complete_config`` in a fresh worker.
@@ -207,7 +204,7 @@ async def run_auto_complete(
             spec.model_file, cfg.name, config_to_autocomplete_dict(cfg)
         )
         return config_from_autocomplete_dict(completed, base=cfg), None
-    worker = PythonWorker(spec, handlers)
+    worker = PythonWorker(spec, host)
     try:
         await worker.spawn()
         completed = await worker.autocomplete(config_to_autocomplete_dict(cfg))
@@ -219,7 +216,7 @@ async def run_auto_complete(
 
 
 def create_instances(
-    cfg: Any, model_dir: str, version: int, opts: PythonBackendOptions, handlers: WorkerHandlers,
+    cfg: Any, model_dir: str, version: int, opts: PythonBackendOptions, host: ModelHost | None,
     first: PythonWorker | None = None, env: exec_env.ExecEnv | None = None,
 ) -> list[Instance]:  # fmt: skip
     """One worker per instance (every instance_group's count), named as Triton names them."""
@@ -235,13 +232,15 @@ def create_instances(
             if mode == "in-process":
                 from modelyard.backends.python.server.inprocess import InProcessInstance
 
-                instances.append(InProcessInstance(spec, handlers.core))  # type: ignore[attr-defined]
+                if host is None:
+                    raise ConfigError(f"model '{cfg.name}': in-process instances need a host")
+                instances.append(InProcessInstance(spec, host))
             elif first is not None:
                 first.adopt(spec)
                 instances.append(first)
                 first = None
             else:
-                instances.append(PythonWorker(spec, handlers))
+                instances.append(PythonWorker(spec, host))
     if not instances:
         raise ConfigError(f"model '{cfg.name}' has no instances to run")
     return instances

@@ -33,20 +33,20 @@ from modelyard.backends.python.server.readiness import UserReadiness, check_resu
 from modelyard.backends.python.server.reschedule import reschedule
 from modelyard.errors import InternalError, ModelyardError
 from modelyard.serving.context import RequestContext
+from modelyard.serving.host import ModelHost
 from modelyard.types import InferResponse, Tensor, datatype_of
 
 if TYPE_CHECKING:
     from modelyard.backends.python.server.process_instance import WorkerSpec
-    from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
 
 
 class InProcessInstance(Instance):
-    def __init__(self, spec: WorkerSpec, core: InferenceServer):
+    def __init__(self, spec: WorkerSpec, host: ModelHost):
         self.spec = spec
         self.name = spec.instance_name
-        self.core = core
+        self.host = host
         self.model: Any = None
         self._has_is_ready = False
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"modelyard-{spec.instance_name}")
@@ -72,10 +72,10 @@ class InProcessInstance(Instance):
 
         loop = asyncio.get_running_loop()
         spec = self.spec
-        self.runtime = InProcessRuntime(self.core, loop, os.path.dirname(spec.model_file), self)
+        self.runtime = InProcessRuntime(self.host, loop, os.path.dirname(spec.model_file), self)
         if pb.get_runtime() is None:
-            # Threads a model starts see no context runtime; give them one that reaches the core.
-            pb.set_runtime(InProcessRuntime(self.core, loop))
+            # Threads a model starts see no context runtime; give them one that reaches the host.
+            pb.set_runtime(InProcessRuntime(self.host, loop))
         self._outputs = [o["name"] for o in json.loads(spec.config_json).get("output", [])]
         package = f"_modelyard_inprocess.{spec.model_name}_v{spec.version}_{spec.instance_name}"
         self.runtime.package = package

@@ -1,8 +1,9 @@
-"""pb_utils' runtime for in-process models: BLS into the core (a sync call to an idle
-in-process model runs directly on the caller's thread), logging and model control.
+"""pb_utils' runtime for in-process models: BLS through the host (a sync call to an idle
+in-process model runs directly on the caller's thread, see ModelHost.run_direct), logging and
+model control.
 
 The thread-local chain and the parents context variable tell a BLS call which instances wait
-on it and which requests cancel it (see core/bls.py); ``inprocess.py`` sets them around each
+on it and which requests cancel it (see bls.py); ``inprocess.py`` sets them around each
 execute.
 """
 
@@ -13,30 +14,26 @@ import contextvars
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import triton_python_backend_utils as pb
-from modelyard import logs
 from modelyard.backends.python.protocol.error_text import control_error_text
-from modelyard.core.bls import link_to_parents
-from modelyard.core.validation import validate
+from modelyard.backends.python.server.bls import link_to_parents, start_bls
 from modelyard.errors import InternalError, ModelyardError
-from modelyard.scheduling.default import DefaultScheduler
 from modelyard.serving.context import RequestContext
+from modelyard.serving.host import ModelHost, ModelLogRecord
 from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor, datatype_of
 
 if TYPE_CHECKING:
     from modelyard.backends.python.server.inprocess import InProcessInstance
-    from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
 
-# The chain of instances blocked on the batch this thread is running (see core/bls.py).
+# The chain of instances blocked on the batch this thread is running (see bls.py).
 TLS = threading.local()
 # The batch whose execute runs in this context (thread or task): BLS calls made from it are
-# cancelled with it (see core/bls.py).
+# cancelled with it (see bls.py).
 PARENTS: contextvars.ContextVar[tuple[RequestContext, ...]] = contextvars.ContextVar(
     "modelyard_inprocess_parents", default=()
 )
@@ -45,9 +42,14 @@ PARENTS: contextvars.ContextVar[tuple[RequestContext, ...]] = contextvars.Contex
 class InProcessRuntime:
     """pb_utils' runtime for models running in the server process."""
 
-    def __init__(self, core: InferenceServer, loop: asyncio.AbstractEventLoop, model_dir: str = "",
-                 instance: InProcessInstance | None = None):  # fmt: skip
-        self.core = core
+    def __init__(
+        self,
+        host: ModelHost,
+        loop: asyncio.AbstractEventLoop,
+        model_dir: str = "",
+        instance: InProcessInstance | None = None,
+    ):
+        self.host = host
         self.loop = loop
         self._model_dir = model_dir
         self.instance = instance
@@ -64,13 +66,16 @@ class InProcessRuntime:
             inputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
         version = request.model_version()
         return InferRequest(
-            model_name=request.model_name(), inputs=inputs,
+            model_name=request.model_name(),
+            inputs=inputs,
             model_version=_version_text(version),
             id=request.request_id(),
             outputs=[RequestedOutput(n) for n in request.requested_output_names()] or None,
-            parameters=dict(request._params or {}), correlation_id=request.correlation_id(),
-            flags=request.flags(), timeout_us=int(request.timeout() or 0),
-        )  # fmt: skip
+            parameters=dict(request._params or {}),
+            correlation_id=request.correlation_id(),
+            flags=request.flags(),
+            timeout_us=int(request.timeout() or 0),
+        )
 
     @staticmethod
     def _pb_response(resp: InferResponse) -> Any:
@@ -87,68 +92,26 @@ class InProcessRuntime:
         chain: frozenset[str] = getattr(TLS, "chain", frozenset())
         return chain  # empty on threads that are not running a sync batch: they hold nothing
 
-    def _direct(self, request: Any) -> Any:
+    def _direct(self, request: InferRequest) -> Any:
         """A sync BLS call to an idle in-process instance with a sync execute runs right here,
         on the caller's thread: no event-loop hop, no thread switch, no copy. Returns None
         when the call must take the ordinary path (busy target, other backend, errors)."""
         try:
-            mv = self.core.get_version(request.model_name(), _version_text(request.model_version()))
-        except ModelyardError:
+            box = self.host.run_direct(request, self._chain, _runs_sync, _run_direct)
+        except ModelyardError as e:  # the request does not fit the model
+            text = f"Model {request.model_name} - Error when running inference: {e.message}"
+            error = ModelyardError(text, e.code)
+            return self._pb_response(InferResponse(request.model_name, "", error=error))
+        if box is None:
             return None
-        sched = mv.scheduler
-        if mv.decoupled or not isinstance(sched, DefaultScheduler):
-            return None
-        # Only in-process instances with a sync execute have ``sync_execute`` set.
-        claimed = sched.try_claim(_runs_sync)
-        if claimed is None:
-            return None
-        target = cast("InProcessInstance", claimed)
-        try:
-            core_request = self._core_request(request)
-            try:
-                names = validate(core_request, mv.signature)
-            except ModelyardError as e:
-                text = f"Model {mv.name} - Error when running inference: {e.message}"
-                return self._pb_response(
-                    InferResponse(mv.name, "", error=ModelyardError(text, e.code))
-                )
-            if not core_request.model_version:
-                core_request.model_version = str(mv.version)
-            box: list[InferResponse] = []
-            ctx = RequestContext(core_request, names, box.append, chain=self._chain)
-            t0 = time.monotonic_ns()
-            ctx.t_queued = ctx.t_start = t0
-            parents = PARENTS.get()
-            unlink = link_to_parents(parents, ctx) if parents else None
-            try:
-                target.run_direct([ctx])
-            finally:
-                if unlink is not None:
-                    unlink()
-            t1 = time.monotonic_ns()
-            if not box:  # answered through a response sender via the loop: rare, wait for it
-                return (
-                    None
-                    if ctx.done
-                    else self._pb_response(
-                        InferResponse(
-                            mv.name, "", error=InternalError("model returned no response")
-                        )
-                    )
-                )
-            resp = box[0]
-            if resp.error is None:
-                mv.stats.record_success(t0, t0, t0, t1, 1)
-                mv.stats.record_execution(1, t1 - t0)
-            else:
-                mv.stats.record_failure(t0, t1)
-            return self._pb_response(resp)
-        finally:
-            sched.release_claimed(target)
+        if not box:
+            error = InternalError("model returned no response")
+            return self._pb_response(InferResponse(request.model_name, "", error=error))
+        return self._pb_response(box[0])
 
     def _start(
         self,
-        request: Any,
+        request: InferRequest,
         decoupled: bool,
         sink: Any,
         chain: frozenset[str],
@@ -157,13 +120,11 @@ class InProcessRuntime:
     ) -> Callable[[], None]:
         """On the loop thread: run the BLS request; ``sink((pb_response, final))`` per reply.
         Returns the function that cancels it (on the loop thread)."""
-        from modelyard.core.bls import start_bls
 
         def emit(resp: InferResponse, final: bool) -> None:
             sink((self._pb_response(resp), final))
 
-        core_request = self._core_request(request)
-        return start_bls(self.core, core_request, decoupled, chain, emit, caller, parents)
+        return start_bls(self.host, request, decoupled, chain, emit, caller, parents)
 
     def exec(self, request: Any, decoupled: bool) -> Any:
         if on_loop(self.loop):
@@ -171,8 +132,9 @@ class InProcessRuntime:
                 "exec() would block the server's event loop: in `async def execute` use "
                 "`await request.async_exec()`"
             )
-        if not decoupled and not request.timeout():
-            direct = self._direct(request)
+        core_request = self._core_request(request)
+        if not decoupled and not core_request.timeout_us:
+            direct = self._direct(core_request)
             if direct is not None:
                 return direct
         import queue as queue_mod
@@ -180,10 +142,11 @@ class InProcessRuntime:
         replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
         caller = getattr(TLS, "instance", "")
         cancels: list[Callable[[], None]] = []
-        args = (request, decoupled, replies.put, self._chain, caller, PARENTS.get())
+        args = (core_request, decoupled, replies.put, self._chain, caller, PARENTS.get())
         self.loop.call_soon_threadsafe(lambda: cancels.append(self._start(*args)))
         if not decoupled:
-            return replies.get()[0]
+            response, _final = replies.get()
+            return response
 
         # (a cancel is queued on the loop after the start, so the start has run by then)
         def cancel() -> None:
@@ -202,22 +165,26 @@ class InProcessRuntime:
 
         def sink(item: tuple[Any, bool]) -> None:
             replies.put(item)
-            if item[1] and not done.done():
+            _response, final = item
+            if final and not done.done():
                 done.set_result(None)
 
-        cancel = self._start(request, decoupled, sink, frozenset(), "", PARENTS.get())
+        core_request = self._core_request(request)
+        cancel = self._start(core_request, decoupled, sink, frozenset(), "", PARENTS.get())
         # Triton models iterate the awaited value with a plain `for` on this very loop, which
         # could never deliver later responses: wait for the final one, then hand them over
         # (so a cancel() of that iterator finds the call ended: nothing left to cancel).
         await done
         if not decoupled:
-            return replies.get()[0]
+            response, _final = replies.get()
+            return response
         return Stream(replies, cancel)
 
     # the rest of pb_utils.Runtime ---------------------------------------------------------
 
     def log(self, level: int, message: str, filename: str, line: int) -> None:
-        logs.model_line(level, message, filename, line)
+        instance = self.instance.name if self.instance is not None else ""
+        self.host.log(ModelLogRecord(level, message, filename, line, instance))
 
     def _control(self, op: str, coro: Any) -> Any:
         if on_loop(self.loop):
@@ -230,18 +197,16 @@ class InProcessRuntime:
             raise pb.TritonModelException(control_error_text(op, instance, e.message)) from None
 
     def load_model(self, name: str, config: str, files: dict[str, bytes] | None) -> None:
-        self._control(
-            "load", self.core.load_model(name, config or None, files or None, from_model=True)
-        )
+        self._control("load", self.host.load_model(name, config or None, files or None))
 
     def unload_model(self, name: str, unload_dependents: bool) -> None:
-        self._control("unload", self.core.unload_model(name, unload_dependents, from_model=True))
+        self._control("unload", self.host.unload_model(name, unload_dependents))
 
     def is_model_ready(self, name: str, version: str) -> bool:
         if on_loop(self.loop):  # cannot wait here: liveness only, no model's is_ready()
-            return self.core.model_ready(name, version)
+            return self.host.model_ready(name, version)
         ready = asyncio.run_coroutine_threadsafe(
-            self.core.check_model_ready(name, version), self.loop
+            self.host.check_model_ready(name, version), self.loop
         )
         return bool(ready.result(timeout=60))
 
@@ -250,7 +215,20 @@ class InProcessRuntime:
 
 
 def _runs_sync(instance: Any) -> bool:
+    # Only in-process instances with a sync execute have ``sync_execute`` set.
     return bool(getattr(instance, "sync_execute", False))
+
+
+def _run_direct(instance: Any, ctx: RequestContext) -> None:
+    """Run a directly claimed request on this thread (ModelHost.run_direct's ``run``): the
+    batch whose execute makes the call cancels it."""
+    parents = PARENTS.get()
+    unlink = link_to_parents(parents, ctx) if parents else None
+    try:
+        cast("InProcessInstance", instance).run_direct([ctx])
+    finally:
+        if unlink is not None:
+            unlink()
 
 
 def tensor_data(t: Tensor) -> Any:

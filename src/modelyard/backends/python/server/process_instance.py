@@ -20,16 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import modelyard
-from modelyard import logs
 from modelyard.backends.python.protocol import framing, tensor_pool
 from modelyard.backends.python.protocol.messages import (
     AsyncExecuted,
     Autocomplete,
     Bls,
     BlsCancel,
-    BlsResponse,
     Cancel,
-    ControlResult,
     ErrorReply,
     Execute,
     Executed,
@@ -54,19 +51,20 @@ from modelyard.backends.python.protocol.messages import (
     to_wire,
 )
 from modelyard.backends.python.server import packing
+from modelyard.backends.python.server.bls import WorkerCalls
 from modelyard.backends.python.server.exec_env import ExecEnv
 from modelyard.backends.python.server.reschedule import reschedule
 from modelyard.backends.python.server.restart import RestartPolicy
 from modelyard.backends.python.server.worker_health import WorkerHealth
-from modelyard.errors import Cancelled, ErrorCode, InternalError, ModelyardError
+from modelyard.errors import Cancelled, InternalError, ModelyardError
 from modelyard.serving import shm_regions
 from modelyard.serving.context import RequestContext
+from modelyard.serving.host import ModelHost
 from modelyard.types import InferResponse, Tensor
 
 log = logging.getLogger("modelyard")
 
 _worker_ids = itertools.count(1)
-ControlRequest = LoadModel | UnloadModel | QueryModelReady
 WORKER_MODULE = "modelyard.backends.python.worker"  # the worker process's entry (__main__.py)
 
 
@@ -92,29 +90,11 @@ class WorkerSpec:
     exec_env: ExecEnv | None = None  # EXECUTION_ENV_PATH: run in that environment
 
 
-class WorkerHandlers:
-    """Hooks a worker calls back into the server for (BLS, logging, model control)."""
-
-    def on_log(self, level: int, message: str, filename: str, line: int, instance: str) -> None:
-        logs.model_line(level, message, filename, line)
-
-    def on_bls(self, worker: PythonWorker, msg: Bls) -> None:
-        worker.send_bls_error(
-            msg.call_id, "BLS is not available in this server build", ErrorCode.UNSUPPORTED
-        )
-
-    def on_bls_cancel(self, worker: PythonWorker, call_id: int) -> None:
-        """The model cancelled its decoupled BLS call ``call_id`` (ResponseIterator.cancel())."""
-
-    def on_control(self, worker: PythonWorker, msg: ControlRequest) -> None:
-        worker.send(ControlResult(msg.call_id, "model control is not available", False))
-
-
 class PythonWorker(WorkerHealth):
-    def __init__(self, spec: WorkerSpec, handlers: WorkerHandlers | None = None):
+    def __init__(self, spec: WorkerSpec, host: ModelHost | None = None):
         self.spec = spec
         self.name = spec.instance_name
-        self.handlers = handlers or WorkerHandlers()
+        self.calls = WorkerCalls(self, host)  # BLS, model control and logs of the model
         self._wid = next(_worker_ids)
         self._prefix = f"modelyard-{os.getpid()}-{self._wid}"
         self._pool = tensor_pool.ShmPool(self._prefix + "-s", enabled=spec.shm_enabled)
@@ -315,17 +295,17 @@ class PythonWorker(WorkerHealth):
         elif type(msg) is AsyncExecuted:
             self._on_async_results(msg)
         elif type(msg) is Bls:
-            self.handlers.on_bls(self, msg)
+            self.calls.bls(msg)
         elif type(msg) is Log:
-            self.handlers.on_log(msg.level, msg.message, msg.filename, msg.line, self.name)
+            self.calls.log(msg.level, msg.message, msg.filename, msg.line)
         elif type(msg) is Ready:
             fut = self._calls.get(0)
             if fut is not None and not fut.done():
                 fut.set_result(None)
         elif type(msg) is BlsCancel:
-            self.handlers.on_bls_cancel(self, msg.call_id)
+            self.calls.cancel(msg.call_id)
         elif type(msg) is LoadModel or type(msg) is UnloadModel or type(msg) is QueryModelReady:
-            self.handlers.on_control(self, msg)
+            self.calls.control(msg)
 
     def _answer(self, call_id: int, value: Any, error: ErrorReply | None) -> None:
         fut = self._calls.get(call_id)
@@ -546,9 +526,6 @@ class PythonWorker(WorkerHealth):
         if final:
             self._live.pop(key, None)
         ctx.send(resp)
-
-    def send_bls_error(self, call_id: int, message: str, code: ErrorCode) -> None:
-        self.send(BlsResponse(call_id, ([], None, (message, code)), True))
 
 
 def _error_response(ctx: RequestContext, err: ModelyardError) -> InferResponse:

@@ -1,4 +1,5 @@
-"""Serving BLS calls from Python workers through the core, like any client request.
+"""Serving a model's BLS and model-control calls through the host (serving/host.py), in both
+execution modes, like any client request.
 
 Each call carries the chain of instances blocked waiting on it (the caller, and whoever waits
 on the caller's current batch). The scheduler uses it to answer a call that could never run
@@ -11,35 +12,35 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from modelyard import logs
 from modelyard.backends.python.protocol import tensor_pool
 from modelyard.backends.python.protocol.messages import (
     Bls,
     BlsResponse,
     ControlResult,
+    ErrorCode,
     LoadModel,
     QueryModelReady,
     Response,
     UnloadModel,
 )
-from modelyard.backends.python.server.process_instance import (
-    ControlRequest,
-    PythonWorker,
-    WorkerHandlers,
-)
-from modelyard.errors import Cancelled, ErrorCode, ModelyardError
+from modelyard.errors import Cancelled, ModelyardError
 from modelyard.serving.context import RequestContext
+from modelyard.serving.host import ModelHost, ModelLogRecord
 from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor
 
 if TYPE_CHECKING:
-    from modelyard.core.api import InferenceServer
+    from modelyard.backends.python.server.process_instance import PythonWorker
 
 log = logging.getLogger("modelyard")
 
+ControlRequest = LoadModel | UnloadModel | QueryModelReady
+
 
 def start_bls(
-    core: InferenceServer,
+    host: ModelHost,
     request: InferRequest,
     decoupled: bool,
     chain: frozenset[str],
@@ -57,7 +58,7 @@ def start_bls(
     name = request.model_name
     done = False
     timer: asyncio.TimerHandle | None = None
-    ctx: Any = None
+    ctx: RequestContext | None = None
     unlink: Callable[[], None] | None = None
 
     def error(text: str, code: ErrorCode) -> None:
@@ -86,7 +87,7 @@ def start_bls(
             error("Request timeout expired", ErrorCode.UNAVAILABLE)
 
     try:
-        if not decoupled and core.get_version(name, request.model_version).decoupled:
+        if not decoupled and host.is_decoupled(name, request.model_version):
             raise ModelyardError(
                 f"Model {name} is using the decoupled. The current BLS request call doesn't "
                 "support models using the decoupled transaction policy. Please use "
@@ -98,7 +99,7 @@ def start_bls(
         if request.timeout_us > 0:
             # Beyond Triton, the timeout bounds the whole call, not only queueing.
             timer = asyncio.get_running_loop().call_later(request.timeout_us / 1e6, on_timeout)
-        ctx = core.submit(request, on_response, chain, caller)
+        ctx = host.submit(request, on_response, chain, caller)
         if parents and not done:
             unlink = link_to_parents(parents, ctx)
     except ModelyardError as e:
@@ -140,75 +141,89 @@ def link_to_parents(parents: Sequence[RequestContext], child: RequestContext) ->
     return unlink
 
 
-class CoreHandlers(WorkerHandlers):
-    def __init__(self, core: InferenceServer):
-        self.core = core
-        self._tasks: set[asyncio.Task[None]] = set()
-        # Decoupled BLS calls still streaming, by (worker, call id): their cancel functions.
-        self._streams: dict[tuple[PythonWorker, int], Callable[[], None]] = {}
+class WorkerCalls:
+    """The calls one worker process makes of the server: BLS requests (and their
+    cancellation), model control and log lines, served through ``host``. Without a host (a
+    worker outside a server) BLS and model control are refused and logs go to the log."""
 
-    def on_bls(self, worker: PythonWorker, msg: Bls) -> None:
-        call_id = msg.call_id
+    def __init__(self, worker: PythonWorker, host: ModelHost | None):
+        self.worker = worker
+        self.host = host
+        self._tasks: set[asyncio.Task[None]] = set()
+        # Decoupled BLS calls still streaming, by call id: their cancel functions.
+        self._streams: dict[int, Callable[[], None]] = {}
+
+    def log(self, level: int, message: str, filename: str, line: int) -> None:
+        if self.host is None:
+            logs.model_line(level, message, filename, line)
+            return
+        self.host.log(ModelLogRecord(level, message, filename, line, self.worker.name))
+
+    def bls(self, msg: Bls) -> None:
+        worker, host, call_id = self.worker, self.host, msg.call_id
+        if host is None:
+            error = ("BLS is not available in this server build", ErrorCode.UNSUPPORTED)
+            self._reply(call_id, ([], None, error), True)
+            return
         try:
-            request = self._request(worker, msg)
+            request = self._request(msg)
         except ModelyardError as e:
-            self._reply(worker, call_id, ([], None, (e.message, e.code)), True)
+            self._reply(call_id, ([], None, (e.message, e.code)), True)
             return
         chain = worker.waiting_chain() if msg.blocking else frozenset()
         parents = worker.live_requests(msg.parents)
-
-        key = (worker, call_id)
         ended = False
 
         def emit(resp: InferResponse, final: bool) -> None:
             nonlocal ended
             if final:
                 ended = True
-                self._streams.pop(key, None)
-            self._reply(worker, call_id, self._payload(worker, resp), final)
+                self._streams.pop(call_id, None)
+            self._reply(call_id, self._payload(resp), final)
 
         caller = worker.name if msg.blocking else ""
-        cancel = start_bls(self.core, request, msg.decoupled, chain, emit, caller, parents)
+        cancel = start_bls(host, request, msg.decoupled, chain, emit, caller, parents)
         if msg.decoupled and not ended:  # (a call that already ended has nothing to cancel)
-            self._streams[key] = cancel
+            self._streams[call_id] = cancel
 
-    def on_bls_cancel(self, worker: PythonWorker, call_id: int) -> None:
-        cancel = self._streams.get((worker, call_id))
+    def cancel(self, call_id: int) -> None:
+        """The model cancelled its decoupled BLS call ``call_id`` (ResponseIterator.cancel())."""
+        cancel = self._streams.get(call_id)
         if cancel is not None:
             cancel()
 
-    def on_control(self, worker: PythonWorker, msg: ControlRequest) -> None:
-        task = asyncio.get_running_loop().create_task(self._control(worker, msg))
+    def control(self, msg: ControlRequest) -> None:
+        task = asyncio.get_running_loop().create_task(self._control(msg))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _control(self, worker: PythonWorker, msg: ControlRequest) -> None:
+    async def _control(self, msg: ControlRequest) -> None:
         ready = False
         try:
+            if self.host is None:
+                raise ModelyardError("model control is not available")
             if type(msg) is LoadModel:
-                config, files = msg.config or None, msg.files or None
-                await self.core.load_model(msg.name, config, files, from_model=True)
+                await self.host.load_model(msg.name, msg.config or None, msg.files or None)
             elif type(msg) is UnloadModel:
-                await self.core.unload_model(msg.name, msg.unload_dependents, from_model=True)
+                await self.host.unload_model(msg.name, msg.unload_dependents)
             elif type(msg) is QueryModelReady:
-                ready = await self.core.check_model_ready(msg.name, msg.version)
+                ready = await self.host.check_model_ready(msg.name, msg.version)
         except ModelyardError as e:
-            self._send_control(worker, ControlResult(msg.call_id, e.message, False))
+            self._send_control(ControlResult(msg.call_id, e.message, False))
             return
         except Exception as e:
-            error = f"{type(e).__name__}: {e}"
-            self._send_control(worker, ControlResult(msg.call_id, error, False))
+            self._send_control(ControlResult(msg.call_id, f"{type(e).__name__}: {e}", False))
             return
-        self._send_control(worker, ControlResult(msg.call_id, "", ready))
+        self._send_control(ControlResult(msg.call_id, "", ready))
 
-    def _send_control(self, worker: PythonWorker, result: ControlResult) -> None:
+    def _send_control(self, result: ControlResult) -> None:
         with contextlib.suppress(ModelyardError, ConnectionError):
-            worker.send(result)
+            self.worker.send(result)
 
-    def _request(self, worker: PythonWorker, msg: Bls) -> InferRequest:
+    def _request(self, msg: Bls) -> InferRequest:
         inputs = []
         for packed in msg.inputs:
-            name, datatype, arr = tensor_pool.unpack(packed, worker.mapper)
+            name, datatype, arr = tensor_pool.unpack(packed, self.worker.mapper)
             inputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
         outputs = [RequestedOutput(n) for n in msg.outputs] or None
         return InferRequest(
@@ -223,17 +238,15 @@ class CoreHandlers(WorkerHandlers):
             timeout_us=msg.timeout_us,
         )
 
-    def _payload(self, worker: PythonWorker, resp: InferResponse) -> Response | None:
+    def _payload(self, resp: InferResponse) -> Response | None:
         if resp.flag_only:
             return None
         if resp.error is not None:
             return ([], None, (resp.error.message, resp.error.code))
-        return ([worker.pack_tensor(t) for t in resp.outputs], resp.parameters, None)
+        return ([self.worker.pack_tensor(t) for t in resp.outputs], resp.parameters, None)
 
-    def _reply(
-        self, worker: PythonWorker, call_id: int, payload: Response | None, final: bool
-    ) -> None:
+    def _reply(self, call_id: int, payload: Response | None, final: bool) -> None:
         try:
-            worker.send(BlsResponse(call_id, payload, final))
+            self.worker.send(BlsResponse(call_id, payload, final))
         except (ModelyardError, ConnectionError):
             pass  # the caller's process is gone
