@@ -220,7 +220,7 @@ OUT = [packed("OUTPUT0"), packed("OUTPUT1")]
 
 
 def old_execute() -> tuple[Any, ...]:
-    item = (7, "", 0, 0, IN, None, {}, 0, "add_sub", "", None)
+    item: tuple[Any, ...] = (7, "", 0, 0, IN, None, {}, 0, "add_sub", "", None)
     return ("execute", 3, [item])
 
 

@@ -67,7 +67,7 @@ _DATATYPE_BY_NP: dict[np.dtype[Any], str] = {
 
 def datatype_of(dtype: np.dtype[Any] | type) -> str:
     """The protocol datatype name for a numpy dtype (object/bytes_/str_ -> BYTES)."""
-    name = _DATATYPE_BY_NP.get(dtype)  # type: ignore[call-overload,arg-type]  # hot path: exact dtypes
+    name = _DATATYPE_BY_NP.get(dtype)  # type: ignore[arg-type]  # hot path: exact dtypes
     if name is not None:
         return name
     dt = np.dtype(dtype)
