@@ -15,8 +15,9 @@ from modelyard.core.ensembles import EnsembleLoadError
 from modelyard.core.file_override import remove as remove_override
 from modelyard.core.host import CoreHost
 from modelyard.core.index import repository_index
-from modelyard.core.lifecycle import LoadOptions, ModelVersion, load_model
+from modelyard.core.lifecycle import load_model
 from modelyard.core.loading import ModelLoads
+from modelyard.core.model_version import LoadOptions, ModelVersion
 from modelyard.core.registry import ModelRegistry
 from modelyard.core.response_cache import ResponseCache
 from modelyard.core.response_cache import attach as attach_cache

@@ -20,6 +20,7 @@ from modelyard.config.normalize import normalize_config
 from modelyard.config.pbtxt import parse_config_text
 from modelyard.config.repository import available_versions, select_versions
 from modelyard.config.validate import validate_config
+from modelyard.core.model_version import ModelVersion
 from modelyard.core.validation import ModelSignature, signature_from_config
 from modelyard.errors import InvalidArgument, ModelyardError
 from modelyard.scheduling.ensemble import EnsembleScheduler, Step, steps_from_config
@@ -27,7 +28,6 @@ from modelyard.serving.stats import ModelStats
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
-    from modelyard.core.lifecycle import ModelVersion
 
 # A step model still loading is waited for this long (model initialization can be slow).
 STEP_LOAD_WAIT_S = 600.0
@@ -40,7 +40,6 @@ class EnsembleLoadError(InvalidArgument):
 
 async def load_ensemble(name: str, model_dir: str, cfg: Any,
                         core: InferenceServer) -> list[ModelVersion]:  # fmt: skip
-    from modelyard.core.lifecycle import ModelVersion
 
     cfg = normalize_config(cfg, name, model_dir=model_dir)
     validate_config(cfg)

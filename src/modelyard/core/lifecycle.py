@@ -5,12 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from modelyard.backends.instance import Instance
 from modelyard.backends.python.server.backend import (
-    PythonBackendOptions,
     create_instances,
     prepare_exec_env,
     run_auto_complete,
@@ -21,8 +18,10 @@ from modelyard.config.normalize import normalize_config
 from modelyard.config.pbtxt import load_config_file
 from modelyard.config.repository import available_versions, select_versions
 from modelyard.config.validate import validate_config
+from modelyard.core.ensembles import load_ensemble
+from modelyard.core.model_version import LoadOptions, ModelVersion
 from modelyard.core.tensor_models import is_tensor_model, load_tensor_model
-from modelyard.core.validation import ModelSignature, signature_from_config
+from modelyard.core.validation import signature_from_config
 from modelyard.core.warmup import warm_up
 from modelyard.errors import ModelyardError, Unsupported, VersionLoadError
 from modelyard.scheduling.base import Scheduler
@@ -36,37 +35,6 @@ if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
-
-
-@dataclass
-class LoadOptions:
-    auto_complete: bool = True
-    backend_settings: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    @property
-    def python(self) -> PythonBackendOptions:
-        return PythonBackendOptions.from_settings(self.backend_settings.get("python", {}))
-
-
-@dataclass(eq=False)
-class ModelVersion:
-    name: str
-    version: int
-    config: Any  # model_config_pb2.ModelConfig, normalized
-    config_json: str
-    signature: ModelSignature
-    decoupled: bool
-    instances: list[Instance]
-    scheduler: Scheduler
-    stats: ModelStats
-
-    @property
-    def platform(self) -> str:
-        return str(self.config.platform or self.config.backend)
-
-    async def stop(self, drain_timeout: float) -> None:
-        await self.scheduler.drain(drain_timeout)
-        await asyncio.gather(*(i.stop() for i in self.instances), return_exceptions=True)
 
 
 def _detect_backend(cfg: Any, model_dir: str) -> None:
@@ -120,8 +88,6 @@ async def load_model(
     """Load every version the policy selects; raise ModelyardError naming the cause."""
     cfg = read_config(name, model_dir, override)
     if cfg.platform == "ensemble":
-        from modelyard.core.ensembles import load_ensemble
-
         return await load_ensemble(name, model_dir, cfg, core)
     if is_tensor_model(cfg):
         return await load_tensor_model(name, model_dir, cfg, opts)

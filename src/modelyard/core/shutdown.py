@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from modelyard.errors import Cancelled, Unavailable
 
 if TYPE_CHECKING:
-    from modelyard.core.lifecycle import ModelVersion
+    from modelyard.core.model_version import ModelVersion
 
 log = logging.getLogger("modelyard")
 

@@ -17,13 +17,13 @@ from modelyard.config import render
 from modelyard.config.normalize import normalize_config
 from modelyard.config.repository import available_versions, select_versions
 from modelyard.config.validate import validate_config
+from modelyard.core.model_version import LoadOptions, ModelVersion
 from modelyard.core.validation import signature_from_config
 from modelyard.core.warmup import warm_up
 from modelyard.errors import ModelyardError, Unsupported, VersionLoadError
 from modelyard.serving.stats import ModelStats
 
 if TYPE_CHECKING:
-    from modelyard.core.lifecycle import LoadOptions, ModelVersion
     from modelyard.scheduling.base import Scheduler
 
 TENSOR_BACKENDS = ("onnxruntime", "pytorch")
@@ -84,8 +84,6 @@ def make_scheduler(name: str, instances: list[Instance], cfg: Any) -> Scheduler:
 async def load_tensor_model(name: str, model_dir: str, cfg: Any,
                             opts: LoadOptions) -> list[ModelVersion]:  # fmt: skip
     """Load every version the policy selects of an onnxruntime or pytorch model."""
-    from modelyard.core.lifecycle import ModelVersion
-
     cfg = normalize_config(cfg, name, model_dir=model_dir, auto_complete=opts.auto_complete)
     backend = str(cfg.backend)
     module = _backend_module(backend)
