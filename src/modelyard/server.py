@@ -14,8 +14,9 @@ from typing import Any
 
 from modelyard import logs
 from modelyard.config.backend_settings import parse_backend_config
-from modelyard.core.api import InferenceServer, ServerOptions
+from modelyard.core.api import InferenceServer
 from modelyard.core.model_version import LoadOptions
+from modelyard.core.options import ServerOptions
 from modelyard.fdlimit import raise_fd_limit
 from modelyard.frontends.options import FrontendOptions, frontend_options
 from modelyard.heap import retain_freed_memory

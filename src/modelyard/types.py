@@ -46,10 +46,20 @@ DATATYPES: frozenset[str] = frozenset([*_NP_BY_DATATYPE, "BF16"])
 
 # Element sizes in bytes for fixed-size datatypes.
 ELEMENT_SIZE: dict[str, int] = {
-    "BOOL": 1, "UINT8": 1, "UINT16": 2, "UINT32": 4, "UINT64": 8,
-    "INT8": 1, "INT16": 2, "INT32": 4, "INT64": 8,
-    "FP16": 2, "BF16": 2, "FP32": 4, "FP64": 8,
-}  # fmt: skip
+    "BOOL": 1,
+    "UINT8": 1,
+    "UINT16": 2,
+    "UINT32": 4,
+    "UINT64": 8,
+    "INT8": 1,
+    "INT16": 2,
+    "INT32": 4,
+    "INT64": 8,
+    "FP16": 2,
+    "BF16": 2,
+    "FP32": 4,
+    "FP64": 8,
+}
 
 
 def numpy_dtype(datatype: str) -> np.dtype[Any]:

@@ -58,18 +58,28 @@ class Layout:
     def from_config(cls, cfg: Any) -> Layout:
         def spec(io: Any) -> TensorSpec:
             reshape = tuple(int(d) for d in io.reshape.shape) if io.HasField("reshape") else None
-            return TensorSpec(io.name, config_datatype(io.data_type),
-                              tuple(int(d) for d in io.dims), reshape)  # fmt: skip
+            return TensorSpec(
+                io.name, config_datatype(io.data_type), tuple(int(d) for d in io.dims), reshape
+            )
 
-        return cls(int(cfg.max_batch_size), tuple(spec(i) for i in cfg.input),
-                   tuple(spec(o) for o in cfg.output))  # fmt: skip
+        return cls(
+            int(cfg.max_batch_size),
+            tuple(spec(i) for i in cfg.input),
+            tuple(spec(o) for o in cfg.output),
+        )
 
 
 class TensorRuntimeInstance(Instance):
     """One model instance of a tensor runtime: its own runner and its own thread."""
 
-    def __init__(self, name: str, model_name: str, layout: Layout,
-                 open_runner: Callable[[], ModelRunner], error_prefix: str):  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        model_name: str,
+        layout: Layout,
+        open_runner: Callable[[], ModelRunner],
+        error_prefix: str,
+    ):
         self.name = name
         self.model_name = model_name
         self.layout = layout

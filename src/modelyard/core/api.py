@@ -6,21 +6,17 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from modelyard.config.render import model_metadata as render_metadata
 from modelyard.core import health
-from modelyard.core.ensembles import EnsembleLoadError
-from modelyard.core.file_override import remove as remove_override
 from modelyard.core.host import CoreHost
-from modelyard.core.index import repository_index
-from modelyard.core.lifecycle import load_model
 from modelyard.core.loading import ModelLoads
-from modelyard.core.model_version import LoadOptions, ModelVersion
+from modelyard.core.model_control import ModelControl
+from modelyard.core.model_version import ModelVersion
+from modelyard.core.options import ServerOptions, parse_version
 from modelyard.core.registry import ModelRegistry
 from modelyard.core.response_cache import ResponseCache
-from modelyard.core.response_cache import attach as attach_cache
 from modelyard.core.settings import LogSettings, TraceSettings
 from modelyard.core.shutdown import stop_all
 from modelyard.core.validation import validate
@@ -28,9 +24,7 @@ from modelyard.errors import (
     InvalidArgument,
     ModelyardError,
     NotFound,
-    Unavailable,
     Unsupported,
-    VersionLoadError,
 )
 from modelyard.serving.context import RequestContext
 from modelyard.serving.shm_regions import SharedMemoryManager, uses_shared_memory
@@ -40,40 +34,26 @@ log = logging.getLogger("modelyard")
 
 SERVER_VERSION = "2.51.0"
 EXTENSIONS = [
-    "classification", "sequence", "model_repository", "model_repository(unload_dependents)",
-    "schedule_policy", "model_configuration", "system_shared_memory", "cuda_shared_memory",
-    "binary_tensor_data", "parameters", "statistics", "trace", "logging",
-]  # fmt: skip
+    "classification",
+    "sequence",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+]
 
 
-@dataclass
-class ServerOptions:
-    repositories: list[str] = field(default_factory=list)
-    control_mode: str = "none"  # none | explicit | poll
-    load_models: list[str] = field(default_factory=list)
-    server_id: str = "triton"
-    strict_readiness: bool = True
-    exit_on_error: bool = False
-    exit_timeout: float = 30.0
-    load: LoadOptions = field(default_factory=LoadOptions)
-    poll_secs: float = 15.0  # poll mode: seconds between repository scans
-    load_threads: int = 4  # models loading at once (--model-load-thread-count)
-    allow_client_shm: bool = True  # system shared-memory extension (--allow-client-shm)
-    cache_bytes: int = 0  # local response cache size (--cache-config local,size=N); 0 = none
+class InferenceServer(ModelControl):
+    """The one in-process API: inference, health, metadata, statistics, settings and shared
+    memory here; loading and unloading models in :class:`ModelControl`."""
 
-
-def parse_version(version: str) -> int | None:
-    if version == "":
-        return None
-    if not (version.isascii() and version.isdigit()):
-        raise InvalidArgument(
-            f"failed to get model version from specified version string '{version}' "
-            "(details: stol), version should be an integral value > 0"
-        )
-    return int(version)
-
-
-class InferenceServer:
     def __init__(self, options: ServerOptions):
         self.options = options
         self.registry = ModelRegistry(options.repositories)
@@ -117,74 +97,6 @@ class InferenceServer:
         if self.poller is not None:
             self.poller.start()
         return failed
-
-    async def _load(self, name: str, override: Any | None = None,
-                    files: dict[str, bytes] | None = None, from_model: bool = False) -> None:  # fmt: skip
-        """Load (or reload) ``name``: one load per model at a time, at most
-        ``--model-load-thread-count`` at once; ``files`` materialise in a private folder."""
-        async with self.loads.lock(name):
-            async with self.loads.slot(from_model):
-                # (written off the event loop: override files may be large)
-                model_dir = await asyncio.to_thread(self.loads.prepare, name, override, files)
-                try:
-                    old = await self._load_locked(name, override, model_dir)
-                except BaseException:
-                    remove_override(model_dir)  # the folder of the serving load stays
-                    entry = self.registry.entries.get(name)
-                    if model_dir is not None and entry is not None and not entry.versions \
-                            and name not in self.registry.locations:  # fmt: skip
-                        del self.registry.entries[name]  # no ghost of a model that never was
-                    raise
-            # The new versions serve; the old ones drain their requests, then finalize (no
-            # load slot held meanwhile).
-            await asyncio.gather(*(mv.stop(self.options.exit_timeout) for mv in old.values()))
-            self.loads.adopt(name, model_dir)
-
-    async def _load_locked(self, name: str, override: Any | None,
-                           model_dir: Any) -> dict[int, ModelVersion]:  # fmt: skip
-        """Load the new versions and switch requests to them; return the replaced ones."""
-        location = model_dir if model_dir is not None else self.registry.locations.get(name)
-        if location is None:
-            raise ModelyardError(f"failed to load '{name}', failed to poll from model repository")
-        if name in self.registry.errors and model_dir is None:  # the index tells why
-            raise ModelyardError(f"failed to load '{name}', failed to poll from model repository")
-        entry = self.registry.entry(name)
-        # A reload keeps the old versions serving (and READY) until the new ones are up.
-        if not entry.versions:
-            entry.state, entry.reason = "LOADING", ""
-        try:
-            versions = await load_model(
-                name, str(location), self.options.load, self, override
-            )
-        except EnsembleLoadError as e:
-            if not entry.versions:  # Triton lists such an ensemble with no state
-                entry.state, entry.reason = "", ""
-            log.error("failed to load '%s': %s", name, e.message)
-            raise InvalidArgument(f"load failed for model '{name}': {e.message}\n") from None
-        except VersionLoadError as e:
-            if not entry.versions:
-                entry.state, entry.reason = "UNAVAILABLE", e.reason
-                entry.last_versions = [e.version]
-            log.error("failed to load '%s' version %d: %s", name, e.version, e.reason)
-            raise InvalidArgument(f"load failed for model '{name}': {e.message}") from None
-        except ModelyardError as e:
-            if not entry.versions:
-                entry.state, entry.reason = "UNAVAILABLE", e.message
-            log.error("failed to load '%s': %s", name, e.message)
-            raise
-        except Exception as e:
-            if not entry.versions:
-                entry.state, entry.reason = "UNAVAILABLE", f"{type(e).__name__}: {e}"
-            log.exception("failed to load '%s'", name)
-            raise ModelyardError(f"failed to load '{name}': {e}") from e
-        old = entry.versions
-        for mv in versions:
-            attach_cache(mv, self.response_cache)
-        entry.versions = {mv.version: mv for mv in versions}
-        entry.state, entry.reason = "READY", ""
-        for mv in versions:
-            log.info("successfully loaded '%s' version %d", name, mv.version)
-        return old
 
     async def stop(self) -> bool:
         """Shut down within the exit timeout (core/shutdown.py); True for a clean drain."""
@@ -282,16 +194,18 @@ class InferenceServer:
 
     # -- inference ---------------------------------------------------------------------------
 
-    def _prepare(self, request: InferRequest, on_response: Any,
-                 chain: frozenset[str] = frozenset()) -> tuple[ModelVersion, RequestContext]:  # fmt: skip
+    def _prepare(
+        self, request: InferRequest, on_response: Any, chain: frozenset[str] = frozenset()
+    ) -> tuple[ModelVersion, RequestContext]:
         mv = self.get_version(request.model_name, request.model_version)
         output_names = validate(request, mv.signature)
         if not request.model_version:
             request.model_version = str(mv.version)
         # No closure over ctx here: a reference cycle would keep the request (and the shared
         # memory its tensors view) alive until the cyclic GC runs.
-        ctx = RequestContext(request, output_names, on_response, chain=chain,
-                             batch_size=_batch_of(request, mv))  # fmt: skip
+        ctx = RequestContext(
+            request, output_names, on_response, chain=chain, batch_size=_batch_of(request, mv)
+        )
         ctx.stats = mv.stats
         ctx.t_received = time.monotonic_ns()
         return mv, ctx
@@ -323,8 +237,13 @@ class InferenceServer:
             self.shared_memory.write_outputs(resp, shm_out)
         return resp
 
-    def submit(self, request: InferRequest, on_response: Any,
-               chain: frozenset[str] = frozenset(), caller: str = "") -> RequestContext:  # fmt: skip
+    def submit(
+        self,
+        request: InferRequest,
+        on_response: Any,
+        chain: frozenset[str] = frozenset(),
+        caller: str = "",
+    ) -> RequestContext:
         """Queue a request; every response goes to ``on_response`` (the last has final=True).
 
         Raises ModelyardError when the request cannot be queued (unknown model, bad input).
@@ -345,8 +264,9 @@ class InferenceServer:
         mv.scheduler.submit(ctx)
         return ctx
 
-    async def infer_stream_one(self, request: InferRequest,
-                               chain: frozenset[str] = frozenset()) -> InferResponse:  # fmt: skip
+    async def infer_stream_one(
+        self, request: InferRequest, chain: frozenset[str] = frozenset()
+    ) -> InferResponse:
         """The first response of a request (a BLS exec); errors come back as ``response.error``."""
         first: InferResponse | None = None
         try:
@@ -359,8 +279,9 @@ class InferenceServer:
             return InferResponse(request.model_name, request.model_version, request.id, error=e)
         return first or InferResponse(request.model_name, request.model_version, request.id)
 
-    async def infer_stream(self, request: InferRequest,
-                           chain: frozenset[str] = frozenset()) -> AsyncIterator[InferResponse]:  # fmt: skip
+    async def infer_stream(
+        self, request: InferRequest, chain: frozenset[str] = frozenset()
+    ) -> AsyncIterator[InferResponse]:
         """Every response of a request (decoupled or not), errors as ``response.error``."""
         queue: asyncio.Queue[InferResponse] = asyncio.Queue()
         shm_out = self.shared_memory.bind(request) if uses_shared_memory(request) else None
@@ -373,8 +294,9 @@ class InferenceServer:
                     try:
                         self.shared_memory.write_outputs(resp, shm_out)
                     except ModelyardError as e:
-                        resp = InferResponse(resp.model_name, resp.model_version, resp.id,
-                                             error=e, final=resp.final)  # fmt: skip
+                        resp = InferResponse(
+                            resp.model_name, resp.model_version, resp.id, error=e, final=resp.final
+                        )
                 yield resp
                 if resp.final:
                     return
@@ -382,74 +304,15 @@ class InferenceServer:
             if not ctx.done:
                 ctx.cancel()
 
-    # -- repository --------------------------------------------------------------------------
-
-    async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        self.registry.scan()
-        return repository_index(self.registry, ready_only)
-
-    def _require_explicit(self) -> None:
-        if self.options.control_mode != "explicit":
-            raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
-
-    async def load_model(self, name: str, config: str | None = None,
-                         files: dict[str, bytes] | None = None, from_model: bool = False) -> None:  # fmt: skip
-        # Models may load what they depend on in every control mode (beyond Triton).
-        if not from_model:
-            self._require_explicit()
-        from modelyard.config.repository import validate_model_name
-
-        validate_model_name(name)
-        if files and not config:
-            from modelyard.core.file_override import CONFIG_REQUIRED, load_failed
-
-            raise load_failed(name, CONFIG_REQUIRED)
-        override = None
-        if config:
-            from modelyard.config.pbtxt import config_from_json
-
-            override = config_from_json(config)
-        self.registry.scan()
-        await self._load(name, override, files, from_model)
-
-    async def unload_model(self, name: str, unload_dependents: bool = False,
-                           from_model: bool = False) -> None:  # fmt: skip
-        if not from_model:
-            self._require_explicit()
-        names = [name]
-        if unload_dependents:  # ensembles first, so none calls a model that is going away
-            from modelyard.core.dependents import dependents
-
-            configs = {n: [mv.config for mv in e.versions.values()]
-                       for n, e in self.registry.entries.items()}  # fmt: skip
-            names = [*dependents(name, configs), name]
-        for n in names:
-            async with self.loads.lock(n):
-                await self._unload(n)
-
-    async def _unload(self, name: str) -> None:
-        """Stop taking requests for ``name``, drain in-flight ones, then finalize."""
-        entry = self.registry.entries.get(name)
-        if entry is None:
-            return
-        if not entry.versions:
-            # A model that failed to load keeps its reason (Triton 2.51); others are unloaded.
-            if entry.state != "UNAVAILABLE":
-                entry.state, entry.reason = "UNAVAILABLE", "unloaded"
-            return
-        versions, entry.versions = entry.versions, {}
-        entry.last_versions = sorted(versions)
-        entry.state, entry.reason = "UNLOADING", ""
-        await asyncio.gather(*(mv.stop(self.options.exit_timeout) for mv in versions.values()))
-        entry.state, entry.reason = "UNAVAILABLE", "unloaded"
-        self.loads.release(name)
-
     # -- statistics and settings ------------------------------------------------------------
 
     def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         if not name:
-            stats = [mv.stats.as_dict() for e in sorted(self.registry.entries.values(), key=lambda e: e.name)
-                     for _, mv in sorted(e.versions.items())]  # fmt: skip
+            stats = [
+                mv.stats.as_dict()
+                for e in sorted(self.registry.entries.values(), key=lambda e: e.name)
+                for _, mv in sorted(e.versions.items())
+            ]
             return {"model_stats": stats}
         entry = self.registry.entries.get(name)
         if entry is None or not entry.versions:

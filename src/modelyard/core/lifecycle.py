@@ -97,16 +97,26 @@ async def load_model(
             " by this server (supported: python, onnxruntime, pytorch)"
         )
     py = opts.python
-    cfg = normalize_config(cfg, name, model_dir=model_dir, backend_default_max_batch_size=py.default_max_batch_size,
-                           auto_complete=opts.auto_complete)  # fmt: skip
+    cfg = normalize_config(
+        cfg,
+        name,
+        model_dir=model_dir,
+        backend_default_max_batch_size=py.default_max_batch_size,
+        auto_complete=opts.auto_complete,
+    )
     versions = select_versions(cfg, available_versions(model_dir))
     env = await prepare_exec_env(cfg, model_dir, max(versions), py)
     first: PythonWorker | None = None
     if opts.auto_complete:
         cfg, first = await run_auto_complete(cfg, model_dir, max(versions), py, core.host, env)
         try:
-            cfg = normalize_config(cfg, name, model_dir=model_dir, backend_default_max_batch_size=py.default_max_batch_size,
-                                   auto_complete=True)  # fmt: skip
+            cfg = normalize_config(
+                cfg,
+                name,
+                model_dir=model_dir,
+                backend_default_max_batch_size=py.default_max_batch_size,
+                auto_complete=True,
+            )
         except BaseException:
             if first is not None:
                 await first.stop()
@@ -146,12 +156,19 @@ async def load_model(
                 sched = DefaultScheduler(name, instances)
             stats = ModelStats(name, str(v))
             sched.stats = stats
-            loaded.append(ModelVersion(
-                name=name, version=v, config=cfg, config_json=render.config_to_json(cfg),
-                signature=signature_from_config(cfg),
-                decoupled=bool(cfg.model_transaction_policy.decoupled),
-                instances=instances, scheduler=sched, stats=stats,
-            ))  # fmt: skip
+            loaded.append(
+                ModelVersion(
+                    name=name,
+                    version=v,
+                    config=cfg,
+                    config_json=render.config_to_json(cfg),
+                    signature=signature_from_config(cfg),
+                    decoupled=bool(cfg.model_transaction_policy.decoupled),
+                    instances=instances,
+                    scheduler=sched,
+                    stats=stats,
+                )
+            )
     except BaseException:
         if first is not None:
             await first.stop()

@@ -47,8 +47,9 @@ def parse_cache_config(items: Sequence[str]) -> int:
         if name not in SUPPORTED_CACHES:
             raise ValueError(f"--cache-config: cache '{name}' is not supported (supported: local)")
         if key != "size":
-            raise ValueError(f"--cache-config: unknown setting '{key}' for the local cache "
-                             "(supported: size)")  # fmt: skip
+            raise ValueError(
+                f"--cache-config: unknown setting '{key}' for the local cache (supported: size)"
+            )
         try:
             size = int(value)
         except ValueError:
@@ -141,8 +142,11 @@ class ResponseCache:
             if key in self._entries:
                 return False
             if size > self.capacity:
-                log.debug("response of %d bytes exceeds the response cache (%d bytes)",
-                          size, self.capacity)  # fmt: skip
+                log.debug(
+                    "response of %d bytes exceeds the response cache (%d bytes)",
+                    size,
+                    self.capacity,
+                )
                 return True
             while self.used + size > self.capacity and self._entries:
                 _, old = self._entries.popitem(last=False)
@@ -156,8 +160,9 @@ class ResponseCache:
         outputs = [
             Tensor(name, datatype, shape, array) for name, datatype, shape, array in entry.outputs
         ]
-        return InferResponse(request.model_name, request.model_version, request.id, outputs,
-                             dict(entry.parameters))  # fmt: skip
+        return InferResponse(
+            request.model_name, request.model_version, request.id, outputs, dict(entry.parameters)
+        )
 
 
 class CachingScheduler:
@@ -230,8 +235,11 @@ def attach(mv: Any, cache: ResponseCache | None) -> None:
     if not mv.config.response_cache.enable:
         return
     if cache is None:
-        log.warning("model '%s' enables response_cache but the server has no cache "
-                    "(start it with --cache-config local,size=N)", mv.name)  # fmt: skip
+        log.warning(
+            "model '%s' enables response_cache but the server has no cache "
+            "(start it with --cache-config local,size=N)",
+            mv.name,
+        )
         return
     if not isinstance(mv.scheduler, CachingScheduler):
         mv.scheduler = CachingScheduler(mv.scheduler, cache, mv.stats)

@@ -36,8 +36,9 @@ def _default_max_batch_size(opts: LoadOptions, backend: str) -> int:
     try:
         return int(settings.get("default-max-batch-size", DEFAULT_MAX_BATCH_SIZE))
     except ValueError:
-        raise ModelyardError(f"--backend-config {backend},default-max-batch-size must be an "
-                             "integer") from None  # fmt: skip
+        raise ModelyardError(
+            f"--backend-config {backend},default-max-batch-size must be an integer"
+        ) from None
 
 
 def is_tensor_model(cfg: Any) -> bool:
@@ -81,8 +82,9 @@ def make_scheduler(name: str, instances: list[Instance], cfg: Any) -> Scheduler:
     return DefaultScheduler(name, instances)
 
 
-async def load_tensor_model(name: str, model_dir: str, cfg: Any,
-                            opts: LoadOptions) -> list[ModelVersion]:  # fmt: skip
+async def load_tensor_model(
+    name: str, model_dir: str, cfg: Any, opts: LoadOptions
+) -> list[ModelVersion]:
     """Load every version the policy selects of an onnxruntime or pytorch model."""
     cfg = normalize_config(cfg, name, model_dir=model_dir, auto_complete=opts.auto_complete)
     backend = str(cfg.backend)
@@ -114,11 +116,19 @@ async def load_tensor_model(name: str, model_dir: str, cfg: Any,
             stats = ModelStats(name, str(v))
             sched = make_scheduler(name, instances, cfg)
             sched.stats = stats  # type: ignore[attr-defined]
-            loaded.append(ModelVersion(
-                name=name, version=v, config=cfg, config_json=render.config_to_json(cfg),
-                signature=signature_from_config(cfg), decoupled=False,
-                instances=instances, scheduler=sched, stats=stats,
-            ))  # fmt: skip
+            loaded.append(
+                ModelVersion(
+                    name=name,
+                    version=v,
+                    config=cfg,
+                    config_json=render.config_to_json(cfg),
+                    signature=signature_from_config(cfg),
+                    decoupled=False,
+                    instances=instances,
+                    scheduler=sched,
+                    stats=stats,
+                )
+            )
     except BaseException:
         for mv in loaded:
             await mv.stop(0.0)

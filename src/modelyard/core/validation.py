@@ -190,8 +190,13 @@ def signature_from_config(cfg: Any) -> ModelSignature:
     def spec(io: Any, is_input: bool) -> IOSpec:
         dims = tuple(int(d) for d in io.dims)
         reshape = tuple(int(d) for d in io.reshape.shape) if io.HasField("reshape") else None
-        return IOSpec(io.name, config_datatype(io.data_type), dims,
-                      bool(io.optional) if is_input else False, reshape)  # fmt: skip
+        return IOSpec(
+            io.name,
+            config_datatype(io.data_type),
+            dims,
+            bool(io.optional) if is_input else False,
+            reshape,
+        )
 
     inputs = {i.name: spec(i, True) for i in cfg.input}
     outputs = {o.name: spec(o, False) for o in cfg.output}

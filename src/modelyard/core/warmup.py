@@ -65,8 +65,9 @@ def _sample_inputs(cfg: Any, sample: Any, model_dir: str, rng: np.random.Generat
     return inputs
 
 
-def _from_file(model_dir: str, filename: str, datatype: str, count: int,
-               shape: tuple[int, ...]) -> np.ndarray[Any, Any]:  # fmt: skip
+def _from_file(
+    model_dir: str, filename: str, datatype: str, count: int, shape: tuple[int, ...]
+) -> np.ndarray[Any, Any]:
     path = os.path.join(model_dir, WARMUP_FOLDER, filename)
     try:
         with open(path, "rb") as f:
@@ -95,8 +96,9 @@ def _from_file(model_dir: str, filename: str, datatype: str, count: int,
     return np.frombuffer(content[:size], dtype=dtype).reshape(shape)
 
 
-async def _run_sample(cfg: Any, version: int, instance: Instance, sample: Any,
-                      inputs: list[list[Tensor]]) -> None:  # fmt: skip
+async def _run_sample(
+    cfg: Any, version: int, instance: Instance, sample: Any, inputs: list[list[Tensor]]
+) -> None:
     loop = asyncio.get_running_loop()
     for _ in range(max(1, int(sample.count))):
         errors: list[str] = []
@@ -106,8 +108,9 @@ async def _run_sample(cfg: Any, version: int, instance: Instance, sample: Any,
             fut: asyncio.Future[None] = loop.create_future()
             futures.append(fut)
 
-            def on_response(resp: InferResponse, fut: asyncio.Future[None] = fut,
-                            errors: list[str] = errors) -> None:  # fmt: skip
+            def on_response(
+                resp: InferResponse, fut: asyncio.Future[None] = fut, errors: list[str] = errors
+            ) -> None:
                 if resp.error is not None:
                     errors.append(resp.error.message)
                 if resp.final and not fut.done():
@@ -115,8 +118,12 @@ async def _run_sample(cfg: Any, version: int, instance: Instance, sample: Any,
 
             request = InferRequest(cfg.name, list(tensors), model_version=str(version))
             batch.append(RequestContext(request, None, on_response))
-        log.debug("model '%s' instance %s is running warmup sample '%s'",
-                  cfg.name, instance.name, sample.name)  # fmt: skip
+        log.debug(
+            "model '%s' instance %s is running warmup sample '%s'",
+            cfg.name,
+            instance.name,
+            sample.name,
+        )
         try:
             await instance.execute(batch)
             await asyncio.wait_for(asyncio.gather(*futures), WARMUP_TIMEOUT_S)

@@ -45,8 +45,9 @@ class _Seq:
 
 
 class IterativeSequenceBatcher(BatchTasks):
-    def __init__(self, model_name: str, instances: list[Instance], cfg: Any,
-                 max_queue_size: int = 0):  # fmt: skip
+    def __init__(
+        self, model_name: str, instances: list[Instance], cfg: Any, max_queue_size: int = 0
+    ):
         self.model_name = model_name
         self._instances = instances
         self._slots = max(1, int(cfg.max_batch_size))

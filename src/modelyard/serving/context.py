@@ -113,8 +113,9 @@ class RequestContext:
             if self.stats is not None:
                 t1 = time.monotonic_ns()
                 if response.error is None and not self.failed:
-                    self.stats.record_success(self.t_received, self.t_queued, self.t_start, t1,
-                                              self.batch_size)  # fmt: skip
+                    self.stats.record_success(
+                        self.t_received, self.t_queued, self.t_start, t1, self.batch_size
+                    )
                 else:
                     self.stats.record_failure(self.t_received, t1, self._fail_reason(response))
         try:

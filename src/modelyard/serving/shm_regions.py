@@ -68,8 +68,12 @@ class Region:
     file_id: tuple[int, int] = (0, 0)  # (st_dev, st_ino): a worker maps this very object
 
     def status(self) -> dict[str, Any]:
-        return {"name": self.name, "key": self.key, "offset": self.offset,
-                "byte_size": self.byte_size}  # fmt: skip
+        return {
+            "name": self.name,
+            "key": self.key,
+            "offset": self.offset,
+            "byte_size": self.byte_size,
+        }
 
     def release(self) -> None:
         """Unmap now if no request still views the region; otherwise the mapping goes away
@@ -167,8 +171,13 @@ def _map(
             )
         start = offset - offset % mmap.ALLOCATIONGRANULARITY
         try:
-            mm = mmap.mmap(fd, offset + byte_size - start, mmap.MAP_SHARED,
-                           mmap.PROT_READ | mmap.PROT_WRITE, offset=start)  # fmt: skip
+            mm = mmap.mmap(
+                fd,
+                offset + byte_size - start,
+                mmap.MAP_SHARED,
+                mmap.PROT_READ | mmap.PROT_WRITE,
+                offset=start,
+            )
         except (OSError, ValueError) as e:
             raise InvalidArgument(
                 f"failed to register shared memory region '{name}': unable to process address "
@@ -198,10 +207,16 @@ class SharedMemoryManager:
                 raise AlreadyExists(f"shared memory region '{name}' already in manager")
             mm, start, file_id = _map(name, key, path, offset, byte_size)
             view = memoryview(mm)[start : start + byte_size]
-            self._regions[name] = Region(name, key, offset, byte_size, mm, view, next(_tokens),
-                                         file_id)  # fmt: skip
-        log.debug("registered system shared memory region '%s' (key '%s', offset %d, %d bytes)",
-                  name, key, offset, byte_size)  # fmt: skip
+            self._regions[name] = Region(
+                name, key, offset, byte_size, mm, view, next(_tokens), file_id
+            )
+        log.debug(
+            "registered system shared memory region '%s' (key '%s', offset %d, %d bytes)",
+            name,
+            key,
+            offset,
+            byte_size,
+        )
 
     def unregister(self, name: str = "") -> None:
         """Forget ``name`` ("" = every region); unknown names are not an error (Triton)."""
@@ -231,8 +246,10 @@ class SharedMemoryManager:
         with self._lock:
             system = name in self._regions
         if system:
-            raise NotFound(f"The region named '{name}' is registered as system shared memory, "
-                           "not CUDA shared memory")  # fmt: skip
+            raise NotFound(
+                f"The region named '{name}' is registered as system shared memory, "
+                "not CUDA shared memory"
+            )
         raise NotFound(f"Unable to find cuda shared memory region: '{name}'")
 
     def close(self) -> None:
@@ -296,8 +313,12 @@ class SharedMemoryManager:
             if target is None or _written(tensor):
                 continue
             nbytes = _write(tensor, target)
-            outputs[i] = Tensor(tensor.name, tensor.datatype, tensor.shape, parameters={
-                REGION: target.region, BYTE_SIZE: nbytes})  # fmt: skip
+            outputs[i] = Tensor(
+                tensor.name,
+                tensor.datatype,
+                tensor.shape,
+                parameters={REGION: target.region, BYTE_SIZE: nbytes},
+            )
 
 
 def cuda_unsupported(name: str) -> InvalidArgument:

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from modelyard.core.api import InferenceServer, ServerOptions
+from modelyard.core.api import InferenceServer
+from modelyard.core.options import ServerOptions
 from modelyard.frontends.http.server import _Router, start_http_server
 from tests.frontends.http.conftest import MODELS, make_repo
 from tests.serverproc import ServerProcess, start_server

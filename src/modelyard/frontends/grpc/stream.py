@@ -189,7 +189,9 @@ class _Session:
                 elif proto_convert.is_flag_only_final(response):
                     if empty_final:
                         await self._emit(
-                            proto_convert.encode_empty_final(msg.id, msg.model_name, msg.model_version)
+                            proto_convert.encode_empty_final(
+                                msg.id, msg.model_name, msg.model_version
+                            )
                         )
                 else:
                     if classes:
@@ -218,7 +220,9 @@ def _pre_error(msg: Any, error: ModelyardError | None) -> tuple[EncodedResponse,
 def _model_error(msg: Any, error: ModelyardError, final: bool) -> tuple[EncodedResponse, ErrorCode]:
     """An error response from the model: with model name, version as sent, and the final
     flag; in ``triton_grpc_error`` mode it ends the stream with its status."""
-    encoded = proto_convert.encode_stream_error(error, msg.id, msg.model_name, msg.model_version, final)
+    encoded = proto_convert.encode_stream_error(
+        error, msg.id, msg.model_name, msg.model_version, final
+    )
     return encoded, error.code
 
 

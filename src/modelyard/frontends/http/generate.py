@@ -210,8 +210,13 @@ async def _stream(
     while resp is not None:
         if not _is_flag_only(resp, decoupled):
             body, _ = _encode(resp)
-            await send({"type": "http.response.body", "body": b"data: " + body + b"\n\n",
-                        "more_body": True})  # fmt: skip
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: " + body + b"\n\n",
+                    "more_body": True,
+                }
+            )
         if resp.final:
             break
         try:

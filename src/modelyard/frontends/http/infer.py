@@ -112,7 +112,9 @@ def _raw_request(
         if first is not None
         else ("", "", ())
     )
-    return infer_body.raw_infer_request(model, version, body, spec, int(cfg.max_batch_size), len(inputs))
+    return infer_body.raw_infer_request(
+        model, version, body, spec, int(cfg.max_batch_size), len(inputs)
+    )
 
 
 def _apply_classification(

@@ -250,8 +250,9 @@ def _parse_input(
     if byte_size > max_input_size:
         raise InvalidArgument(json_input_too_large(name, byte_size, max_input_size))
     data = as_array(item["data"], "data")
-    return Tensor(name, datatype, shape, data=jsondata.array_from_json(
-        name, datatype, shape, data)), offset  # fmt: skip
+    return Tensor(
+        name, datatype, shape, data=jsondata.array_from_json(name, datatype, shape, data)
+    ), offset
 
 
 def _np_dtype(name: str, datatype: str) -> np.dtype[Any]:

@@ -100,8 +100,12 @@ class Response:
 
     __slots__ = ("body", "headers", "status")
 
-    def __init__(self, body: Buffer | Sequence[Buffer] = b"", status: int = 200,
-                 headers: Headers = TEXT_HEADERS):  # fmt: skip
+    def __init__(
+        self,
+        body: Buffer | Sequence[Buffer] = b"",
+        status: int = 200,
+        headers: Headers = TEXT_HEADERS,
+    ):
         self.body = body
         self.status = status
         self.headers = headers
@@ -109,15 +113,25 @@ class Response:
     async def send(self, send: Send) -> None:
         body = self.body
         if isinstance(body, (bytes, bytearray)):
-            await send({"type": "http.response.start", "status": self.status,
-                        "headers": [*self.headers, (b"content-length", b"%d" % len(body))]})  # fmt: skip
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.status,
+                    "headers": [*self.headers, (b"content-length", b"%d" % len(body))],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
         # The server counts len() of each part against content-length: byte-format views only.
         parts = [_bytes_view(p) for p in ((body,) if isinstance(body, memoryview) else body)]
         length = sum(len(p) for p in parts)
-        await send({"type": "http.response.start", "status": self.status,
-                    "headers": [*self.headers, (b"content-length", b"%d" % length)]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": self.status,
+                "headers": [*self.headers, (b"content-length", b"%d" % length)],
+            }
+        )
         last = len(parts) - 1
         for i, part in enumerate(parts):
             await send({"type": "http.response.body", "body": part, "more_body": i < last})

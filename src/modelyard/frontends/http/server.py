@@ -74,10 +74,15 @@ _REPOSITORY_RE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/
 
 # The restricted group of each model endpoint (the regex's third group).
 _MODEL_GROUPS = {
-    None: groups.METADATA, "infer": groups.INFERENCE, "generate": groups.INFERENCE,
-    "generate_stream": groups.INFERENCE, "ready": groups.HEALTH, "config": groups.MODEL_CONFIG,
-    "stats": groups.STATISTICS, "trace/setting": groups.TRACE,
-}  # fmt: skip
+    None: groups.METADATA,
+    "infer": groups.INFERENCE,
+    "generate": groups.INFERENCE,
+    "generate_stream": groups.INFERENCE,
+    "ready": groups.HEALTH,
+    "config": groups.MODEL_CONFIG,
+    "stats": groups.STATISTICS,
+    "trace/setting": groups.TRACE,
+}
 
 _MODELS = "/v2/models/"
 _INFER = "/infer"

@@ -19,6 +19,7 @@ _HEADER = struct.Struct("<I")
 BURST = 32  # frames handled per turn of the server's event loop (see FrameProtocol)
 MAX_FRAME = 1 << 31
 
+
 def encode(wire: tuple[Any, ...]) -> bytes:
     body = pickle.dumps(wire, protocol=5)
     return _HEADER.pack(len(body)) + body

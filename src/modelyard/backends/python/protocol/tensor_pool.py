@@ -34,7 +34,6 @@ MIN_SEGMENT = 64 * 1024
 SHM_DIR = os.environ.get("MODELYARD_SHM_DIR", "/dev/shm")
 
 
-
 class _Segment:
     __slots__ = ("mm", "name", "size")
 

@@ -164,18 +164,33 @@ def _pipeline(cfg: Any) -> bool:
     return value == "true"
 
 
-def _spec(cfg: Any, model_dir: str, version: int, instance_name: str, kind: str,
-          opts: PythonBackendOptions, config_json: str,
-          env: exec_env.ExecEnv | None = None) -> WorkerSpec:  # fmt: skip
+def _spec(
+    cfg: Any,
+    model_dir: str,
+    version: int,
+    instance_name: str,
+    kind: str,
+    opts: PythonBackendOptions,
+    config_json: str,
+    env: exec_env.ExecEnv | None = None,
+) -> WorkerSpec:
     return WorkerSpec(
-        model_name=cfg.name, version=version, model_dir=model_dir,
-        model_file=model_file(model_dir, version, cfg), instance_name=instance_name,
-        instance_kind=kind, device_id=0, config_json=config_json,
+        model_name=cfg.name,
+        version=version,
+        model_dir=model_dir,
+        model_file=model_file(model_dir, version, cfg),
+        instance_name=instance_name,
+        instance_kind=kind,
+        device_id=0,
+        config_json=config_json,
         decoupled=bool(cfg.model_transaction_policy.decoupled),
-        python=_python_for(cfg, opts), shm_enabled=opts.shm_enabled,
-        init_timeout=opts.init_timeout, pipeline=_pipeline(cfg), restart=opts.restart,
+        python=_python_for(cfg, opts),
+        shm_enabled=opts.shm_enabled,
+        init_timeout=opts.init_timeout,
+        pipeline=_pipeline(cfg),
+        restart=opts.restart,
         exec_env=env,
-    )  # fmt: skip
+    )
 
 
 async def run_auto_complete(
@@ -216,9 +231,14 @@ async def run_auto_complete(
 
 
 def create_instances(
-    cfg: Any, model_dir: str, version: int, opts: PythonBackendOptions, host: ModelHost | None,
-    first: PythonWorker | None = None, env: exec_env.ExecEnv | None = None,
-) -> list[Instance]:  # fmt: skip
+    cfg: Any,
+    model_dir: str,
+    version: int,
+    opts: PythonBackendOptions,
+    host: ModelHost | None,
+    first: PythonWorker | None = None,
+    env: exec_env.ExecEnv | None = None,
+) -> list[Instance]:
     """One worker per instance (every instance_group's count), named as Triton names them."""
     config_json = config_to_json(cfg)
     mode = execution_mode(cfg, opts)

@@ -93,12 +93,14 @@ class InProcessInstance(Instance):
             )
             if hasattr(self.model, "initialize"):
                 args = {
-                    "model_config": spec.config_json, "model_instance_kind": spec.instance_kind,
+                    "model_config": spec.config_json,
+                    "model_instance_kind": spec.instance_kind,
                     "model_instance_name": spec.instance_name,
                     "model_instance_device_id": str(spec.device_id),
-                    "model_repository": spec.model_dir, "model_version": str(spec.version),
+                    "model_repository": spec.model_dir,
+                    "model_version": str(spec.version),
                     "model_name": spec.model_name,
-                }  # fmt: skip
+                }
                 result = await self._in_thread(self.model.initialize, args)
                 if asyncio.iscoroutine(result):
                     with pb.runtime_context(self.runtime):
@@ -169,11 +171,17 @@ class InProcessInstance(Instance):
         )
         inputs = [pb.Tensor._from_server(t.name, tensor_data(t)) for t in r.inputs]
         return pb.InferenceRequest._from_server(
-            request_id=r.id, correlation_id=r.correlation_id, model_name=self.spec.model_name,
-            model_version=self.spec.version, flags=r.flags, inputs=inputs,
-            requested_output_names=names, parameters=r.parameters or None, timeout=r.timeout_us,
+            request_id=r.id,
+            correlation_id=r.correlation_id,
+            model_name=self.spec.model_name,
+            model_version=self.spec.version,
+            flags=r.flags,
+            inputs=inputs,
+            requested_output_names=names,
+            parameters=r.parameters or None,
+            timeout=r.timeout_us,
             response_sender=sender,
-        )  # fmt: skip
+        )
 
     def _core_response(
         self, ctx: RequestContext, resp: Any, final: bool, names: list[str]

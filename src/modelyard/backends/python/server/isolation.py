@@ -74,9 +74,10 @@ def import_isolated(model_file: str, package: str) -> Any:
         sys.path[:0] = [version_dir, model_dir]
         try:
             spec = importlib.util.spec_from_file_location(
-                package, os.path.join(version_dir, "__init__.py"),
+                package,
+                os.path.join(version_dir, "__init__.py"),
                 submodule_search_locations=[version_dir],
-            )  # fmt: skip
+            )
             assert spec is not None
             pkg = importlib.util.module_from_spec(spec)
             sys.modules[package] = pkg

@@ -36,8 +36,7 @@ def pack_request(
     r = ctx.request
     refs = r.shm_inputs
     inputs = [
-        _pack_input(t, refs.get(t.name) if refs else None, pool, region_tokens)
-        for t in r.inputs
+        _pack_input(t, refs.get(t.name) if refs else None, pool, region_tokens) for t in r.inputs
     ]
     dests = None
     if r.shm_outputs and may_write_outputs:

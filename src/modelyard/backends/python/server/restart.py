@@ -58,9 +58,13 @@ class Supervisor:
     it ended, or returns "" when there was none or it was killed here.
     """
 
-    def __init__(self, instance_name: str, policy: RestartPolicy,
-                 attempt: Callable[[], Awaitable[None]],
-                 reap: Callable[[bool], Awaitable[str]]):  # fmt: skip
+    def __init__(
+        self,
+        instance_name: str,
+        policy: RestartPolicy,
+        attempt: Callable[[], Awaitable[None]],
+        reap: Callable[[bool], Awaitable[str]],
+    ):
         self.name = instance_name
         self.policy = policy
         self._attempt = attempt
@@ -118,8 +122,12 @@ class Supervisor:
 
     async def _restart(self) -> None:
         how = await self._reap(False) or "went away"
-        log.error("worker process of model instance '%s' %s; restarting it%s", self.name, how,
-                  self._backoff_text(self.policy.delay(self.failures)))  # fmt: skip
+        log.error(
+            "worker process of model instance '%s' %s; restarting it%s",
+            self.name,
+            how,
+            self._backoff_text(self.policy.delay(self.failures)),
+        )
         # Triton's text first (its QA greps it), then ours.
         base = f"Stub process '{self.name}' is not healthy. Its worker {how}"
         failed = ""  # why the last attempt failed
@@ -143,9 +151,15 @@ class Supervisor:
                 self.failures += 1
                 detail = f"the new worker {died}: {message}" if died else message
                 failed = f"; attempt {attempt} failed: {detail}"
-                log.error("restart of model instance '%s' failed (attempt %d; its worker %s; "
-                          "next attempt in %g s): %s", self.name, attempt, how,
-                          self.policy.delay(self.failures), detail)  # fmt: skip
+                log.error(
+                    "restart of model instance '%s' failed (attempt %d; its worker %s; "
+                    "next attempt in %g s): %s",
+                    self.name,
+                    attempt,
+                    how,
+                    self.policy.delay(self.failures),
+                    detail,
+                )
                 self._outcome.set_result(False)
                 continue
             self.restarts += 1

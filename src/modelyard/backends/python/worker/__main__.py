@@ -41,7 +41,6 @@ class _ServerLog(logging.Handler):
             self.handleError(record)
 
 
-
 def main() -> None:
     fd = int(sys.argv[1])
     prefix = sys.argv[2]

@@ -32,8 +32,12 @@ LINGER_S = 0.1  # after this long idle it stops checking in (busy() wakes it)
 
 
 class ReadBaton:
-    def __init__(self, chan: BlockingChannel, sock_fd: int,
-                 dispatch: Callable[[tuple[Any, ...] | None], bool]):  # fmt: skip
+    def __init__(
+        self,
+        chan: BlockingChannel,
+        sock_fd: int,
+        dispatch: Callable[[tuple[Any, ...] | None], bool],
+    ):
         self._chan = chan
         self._dispatch = dispatch
         self._cv = threading.Condition(threading.Lock())

@@ -127,7 +127,9 @@ class BlsClient:
         self.rt.stub.baton.wait_for(lambda: not replies.empty(), wait_s)
         return replies.get_nowait()
 
-    def control(self, op: str, request: LoadModel | UnloadModel | QueryModelReady) -> tuple[str, bool]:
+    def control(
+        self, op: str, request: LoadModel | UnloadModel | QueryModelReady
+    ) -> tuple[str, bool]:
         """A model-control call (op: load/unload/ready); blocks for the server's answer:
         (error text, "" on success; whether the model is ready)."""
         replies: queue.SimpleQueue[Reply] = queue.SimpleQueue()

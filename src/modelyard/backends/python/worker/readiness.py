@@ -24,8 +24,9 @@ class StubReadiness:
         """From whichever thread read the request."""
         self._asks.put(call_id)
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="modelyard-is-ready",
-                                            daemon=True)  # fmt: skip
+            self._thread = threading.Thread(
+                target=self._run, name="modelyard-is-ready", daemon=True
+            )
             self._thread.start()
 
     def _run(self) -> None:

@@ -30,7 +30,9 @@ class ClientRegions:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._maps: dict[bool, OrderedDict[int, tuple[mmap.mmap, memoryview]]] = {
-            False: OrderedDict(), True: OrderedDict()}  # fmt: skip
+            False: OrderedDict(),
+            True: OrderedDict(),
+        }
         # Unregistered while a request used them: mapped per use from then on, never cached.
         self._forgotten: set[int] = set()
 
@@ -51,8 +53,9 @@ class ClientRegions:
                 _close(*maps.popitem(last=False)[1])
         return view
 
-    def input(self, payload: tuple[Any, ...], datatype: str,
-              shape: tuple[int, ...]) -> np.ndarray[Any, Any]:  # fmt: skip
+    def input(
+        self, payload: tuple[Any, ...], datatype: str, shape: tuple[int, ...]
+    ) -> np.ndarray[Any, Any]:
         """A read-only view of the input's bytes in the client's region."""
         _, info, offset, nbytes = payload
         try:

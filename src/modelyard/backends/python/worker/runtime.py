@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("modelyard.stub")
 
+
 class StubRuntime:
     def __init__(self, stub: Stub, setup: ModelSetup):
         self.stub = stub
