@@ -12,7 +12,8 @@ in a region is written there by the worker, straight from the model's array. Bot
   ``(info, offset, byte_size)``, offsets relative to the region.
 
 The worker never writes outside a destination and only opens keys the server sent it (which
-the server validated at registration).
+the server validated at registration). The server's side is in server/packing.py, the
+worker's mappings in worker/region_maps.py; this module holds what both agree on.
 """
 
 from __future__ import annotations
