@@ -1,12 +1,13 @@
-"""Cost of the server <-> worker messages: the typed messages (issue 15) against the positional
-tuples they replaced, for the frequent kinds.
+"""Cost of the server <-> worker messages for the frequent kinds: the positional pickled
+tuples of before issue 15 ("old"), the same as pickled NamedTuples ("namedtuple", the first
+design of issue 15, reproduced here), and the msgspec Structs in src/ ("new").
 
 For each kind, one round trip through the code each side runs: the sender builds the message
 and frames it; the receiver takes the frame out of its read buffer, decodes it and dispatches
 it to the code that handles its kind (which reads every field). "old" is the pre-#15 code
 (ipc.py, stub.py and worker.py at 623ac8d), reproduced below; "new" calls the modules in
-src/. Tensors are packed once beforehand (the same in both: tensor_pool.pack is unchanged).
-Rounds alternate old and new; the table gives the minimum and median per message over rounds.
+src/. Tensors are packed once beforehand (the same in all: the tensor pool is unchanged).
+Rounds alternate the variants; the table gives the minimum and the median per message.
 
     python benchmarks/ipc_messages.py --rounds 15 --number 20000
 """
@@ -23,7 +24,7 @@ import sys
 import timeit
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -36,10 +37,12 @@ from modelyard.backends.python.protocol.messages import (
     Execute,
     Executed,
     Free,
+    RequestItem,
+    Response,
     Result,
     Send,
-    from_wire,
-    to_wire,
+    decode_server_message,
+    decode_worker_message,
 )
 
 _HEADER = struct.Struct("<I")
@@ -64,13 +67,17 @@ def old_worker_recv(buf: bytearray) -> tuple[Any, ...]:
     return msg
 
 
-def new_worker_recv(buf: bytearray) -> tuple[Any, ...]:
-    """framing.BlockingChannel.recv without its socket reads."""
-    (n,) = _HEADER.unpack_from(buf)
-    with memoryview(buf) as view:
-        wire: tuple[Any, ...] = pickle.loads(view[4 : 4 + n])
-    del buf[: 4 + n]
-    return wire
+def new_recv(decode: Callable[[Any], Any]) -> Callable[[bytearray], Any]:
+    """framing.BlockingChannel.recv (FrameProtocol._process alike) without socket reads."""
+
+    def recv(buf: bytearray) -> Any:
+        (n,) = _HEADER.unpack_from(buf)
+        with memoryview(buf) as view:
+            value = decode(view[4 : 4 + n])
+        del buf[: 4 + n]
+        return value
+
+    return recv
 
 
 def server_recv(buf: bytearray) -> tuple[Any, ...]:
@@ -130,17 +137,26 @@ def old_worker_dispatch(msg: tuple[Any, ...]) -> None:
             SINK.take(key, req_id, corr_id, flags, inputs, output_names, params, timeout_us, dests)
 
 
-def new_worker_dispatch(wire: tuple[Any, ...]) -> None:
-    msg = from_wire(wire)
-    if type(msg) is Free:
+def new_worker_dispatch(msg: Any) -> None:
+    """Stub._dispatch (Execute is queued for the main thread, which reads every field)."""
+    if type(msg) is Execute:
+        SINK.take(msg.call_id)
+        for item in msg.requests:
+            SINK.take(
+                item.key,
+                item.request_id,
+                item.correlation_id,
+                item.flags,
+                item.inputs,
+                item.output_names,
+                item.parameters,
+                item.timeout_us,
+                item.destinations,
+            )
+    elif type(msg) is Free:
         SINK.take(msg.segments)
     elif type(msg) is BlsResponse:
         SINK.take(msg.call_id, msg.response, msg.final)
-    elif type(msg) is Execute:
-        SINK.take(msg.call_id)
-        for item in msg.requests:
-            key, req_id, corr_id, flags, inputs, output_names, params, timeout_us, dests = item
-            SINK.take(key, req_id, corr_id, flags, inputs, output_names, params, timeout_us, dests)
 
 
 def old_server_dispatch(msg: tuple[Any, ...]) -> None:
@@ -178,16 +194,12 @@ def old_server_dispatch(msg: tuple[Any, ...]) -> None:
         )
 
 
-def new_server_dispatch(wire: tuple[Any, ...]) -> None:
-    msg = from_wire(wire)
+def new_server_dispatch(msg: Any) -> None:
+    """PythonWorker._on_frame, and the handlers' reads of the fields."""
     if type(msg) is Executed:
         SINK.take(msg.call_id, msg.responses, msg.rescheduled, msg.error)
-    elif type(msg) is Result:
-        SINK.take(msg.call_id, msg.value, msg.error)
     elif type(msg) is Send:
         SINK.take(msg.key, msg.response, msg.flags)
-    elif type(msg) is Free:
-        SINK.take(msg.segments)
     elif type(msg) is Bls:
         SINK.take(
             msg.call_id,
@@ -204,6 +216,96 @@ def new_server_dispatch(wire: tuple[Any, ...]) -> None:
             msg.blocking,
             msg.parents,
         )
+    elif type(msg) is Free:
+        SINK.take(msg.segments)
+    elif type(msg) is Result:
+        SINK.take(msg.call_id, msg.value, msg.error)
+
+
+# -- the NamedTuple design: the same fields, pickled as (tag, *fields) -------------------------
+
+
+class NtExecute(NamedTuple):
+    call_id: int
+    requests: list[tuple[Any, ...]]
+
+
+class NtExecuted(NamedTuple):
+    call_id: int
+    responses: list[Any] | None
+    rescheduled: tuple[int, ...]
+    error: Any
+
+
+class NtSend(NamedTuple):
+    key: int
+    response: Any
+    flags: int
+
+
+class NtBls(NamedTuple):
+    call_id: int
+    decoupled: bool
+    model_name: str
+    model_version: str
+    request_id: str
+    correlation_id: int | str
+    flags: int
+    inputs: list[Any]
+    outputs: list[str]
+    parameters: dict[str, Any]
+    timeout_us: int
+    blocking: bool
+    parents: tuple[int, ...]
+
+
+class NtBlsResponse(NamedTuple):
+    call_id: int
+    response: Any
+    final: bool
+
+
+class NtFree(NamedTuple):
+    segments: list[str]
+
+
+NT_KINDS: tuple[type[Any], ...] = (NtExecute, NtExecuted, NtSend, NtBls, NtBlsResponse, NtFree)
+NT_TAGS = {kind: tag for tag, kind in enumerate(NT_KINDS)}
+
+
+def nt_encode(message: Any) -> bytes:
+    return old_encode((NT_TAGS[type(message)], *message))
+
+
+def nt_recv(buf: bytearray) -> Any:
+    (n,) = _HEADER.unpack_from(buf)
+    with memoryview(buf) as view:
+        wire = pickle.loads(view[4 : 4 + n])
+    del buf[: 4 + n]
+    return tuple.__new__(NT_KINDS[wire[0]], wire[1:])
+
+
+def nt_worker_dispatch(msg: Any) -> None:
+    if type(msg) is NtExecute:
+        SINK.take(msg.call_id)
+        for item in msg.requests:
+            key, req_id, corr_id, flags, inputs, output_names, params, timeout_us, dests = item
+            SINK.take(key, req_id, corr_id, flags, inputs, output_names, params, timeout_us, dests)
+    elif type(msg) is NtFree:
+        SINK.take(msg.segments)
+    elif type(msg) is NtBlsResponse:
+        SINK.take(msg.call_id, msg.response, msg.final)
+
+
+def nt_server_dispatch(msg: Any) -> None:
+    if type(msg) is NtExecuted:
+        SINK.take(msg.call_id, msg.responses, msg.rescheduled, msg.error)
+    elif type(msg) is NtSend:
+        SINK.take(msg.key, msg.response, msg.flags)
+    elif type(msg) is NtBls:
+        SINK.take(*msg)
+    elif type(msg) is NtFree:
+        SINK.take(msg.segments)
 
 
 # -- the messages, as each version builds them --------------------------------------------------
@@ -224,24 +326,12 @@ def old_execute() -> tuple[Any, ...]:
     return ("execute", 3, [item])
 
 
-def new_execute() -> tuple[Any, ...]:
-    return to_wire(Execute(3, [(7, "", 0, 0, IN, None, {}, 0, None)]))
-
-
 def old_result() -> tuple[Any, ...]:
     return ("result", 3, True, [("ok", OUT, None)])
 
 
-def new_result() -> tuple[Any, ...]:
-    return to_wire(Executed(3, [(OUT, None, None)], (), None))
-
-
 def old_send() -> tuple[Any, ...]:
     return ("send", 7, ("ok", OUT[:1], None), 0)
-
-
-def new_send() -> tuple[Any, ...]:
-    return to_wire(Send(7, (OUT[:1], None, None), 0))
 
 
 def old_bls() -> tuple[Any, ...]:
@@ -263,48 +353,91 @@ def old_bls() -> tuple[Any, ...]:
     return ("bls", 5, (spec, False))
 
 
-def new_bls() -> tuple[Any, ...]:
-    return to_wire(
-        Bls(5, False, "add_sub", "", "", 0, 0, IN, ["OUTPUT0", "OUTPUT1"], {}, 0, True, (7,))
-    )
-
-
 def old_bls_response() -> tuple[Any, ...]:
     return ("bls_response", 5, ("ok", OUT, {}), True)
 
 
-def new_bls_response() -> tuple[Any, ...]:
-    return to_wire(BlsResponse(5, (OUT, {}, None), True))
+def nt_execute() -> Any:
+    return NtExecute(3, [(7, "", 0, 0, IN, None, {}, 0, None)])
 
 
-# Each case: (build the message, the receiver's read of a frame, the receiver's dispatch).
-Case = tuple[Callable[[], tuple[Any, ...]], Callable[[bytearray], Any], Callable[[Any], None]]
-CASES: dict[str, tuple[Case, Case]] = {
-    "EXECUTE, one small request (server -> worker)": (
-        (old_execute, old_worker_recv, old_worker_dispatch),
-        (new_execute, new_worker_recv, new_worker_dispatch),
+def new_execute() -> Any:
+    return Execute(3, [RequestItem(7, "", 0, 0, IN, None, {}, 0, None)])
+
+
+def nt_result() -> Any:
+    return NtExecuted(3, [(OUT, None, None)], (), None)
+
+
+def new_result() -> Any:
+    return Executed(3, [Response(OUT, None, None)], (), None)
+
+
+def nt_send() -> Any:
+    return NtSend(7, (OUT[:1], None, None), 0)
+
+
+def new_send() -> Any:
+    return Send(7, Response(OUT[:1], None, None), 0)
+
+
+def nt_bls() -> Any:
+    return NtBls(5, False, "add_sub", "", "", 0, 0, IN, ["OUTPUT0", "OUTPUT1"], {}, 0, True, (7,))
+
+
+def new_bls() -> Any:
+    return Bls(5, False, "add_sub", "", "", 0, 0, IN, ["OUTPUT0", "OUTPUT1"], {}, 0, True, (7,))
+
+
+def nt_bls_response() -> Any:
+    return NtBlsResponse(5, (OUT, {}, None), True)
+
+
+def new_bls_response() -> Any:
+    return BlsResponse(5, Response(OUT, {}, None), True)
+
+
+# Each case: (build the message, frame it, the receiver's read of a frame, its dispatch).
+Case = tuple[
+    Callable[[], Any],
+    Callable[[Any], bytes | bytearray],
+    Callable[[bytearray], Any],
+    Callable[[Any], None],
+]
+VARIANTS = ("old", "namedtuple", "new")
+TO_WORKER = new_recv(decode_server_message)
+TO_SERVER = new_recv(decode_worker_message)
+CASES: dict[str, tuple[Case, Case, Case]] = {
+    "Execute, one small request (server -> worker)": (
+        (old_execute, old_encode, old_worker_recv, old_worker_dispatch),
+        (nt_execute, nt_encode, nt_recv, nt_worker_dispatch),
+        (new_execute, framing.encode, TO_WORKER, new_worker_dispatch),
     ),
-    "RESULT / Executed, one response (worker -> server)": (
-        (old_result, server_recv, old_server_dispatch),
-        (new_result, server_recv, new_server_dispatch),
+    "Executed, one response (worker -> server)": (
+        (old_result, old_encode, server_recv, old_server_dispatch),
+        (nt_result, nt_encode, nt_recv, nt_server_dispatch),
+        (new_result, framing.encode, TO_SERVER, new_server_dispatch),
     ),
-    "SEND, a decoupled response (worker -> server)": (
-        (old_send, server_recv, old_server_dispatch),
-        (new_send, server_recv, new_server_dispatch),
+    "Send, a decoupled response (worker -> server)": (
+        (old_send, old_encode, server_recv, old_server_dispatch),
+        (nt_send, nt_encode, nt_recv, nt_server_dispatch),
+        (new_send, framing.encode, TO_SERVER, new_server_dispatch),
     ),
-    "BLS request (worker -> server)": (
-        (old_bls, server_recv, old_server_dispatch),
-        (new_bls, server_recv, new_server_dispatch),
+    "Bls request (worker -> server)": (
+        (old_bls, old_encode, server_recv, old_server_dispatch),
+        (nt_bls, nt_encode, nt_recv, nt_server_dispatch),
+        (new_bls, framing.encode, TO_SERVER, new_server_dispatch),
     ),
-    "BLS response (server -> worker)": (
-        (old_bls_response, old_worker_recv, old_worker_dispatch),
-        (new_bls_response, new_worker_recv, new_worker_dispatch),
+    "BlsResponse (server -> worker)": (
+        (old_bls_response, old_encode, old_worker_recv, old_worker_dispatch),
+        (nt_bls_response, nt_encode, nt_recv, nt_worker_dispatch),
+        (new_bls_response, framing.encode, TO_WORKER, new_worker_dispatch),
     ),
 }
 
 
-def round_trip(case: Case, encode: Callable[[tuple[Any, ...]], bytes]) -> Callable[[], None]:
-    build, recv, dispatch = case
+def round_trip(case: Case) -> Callable[[], None]:
+    build, encode, recv, dispatch = case
     buf = bytearray()
 
     def once() -> None:
@@ -315,35 +448,32 @@ def round_trip(case: Case, encode: Callable[[tuple[Any, ...]], bytes]) -> Callab
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--number", type=int, default=20000, help="messages per round")
     args = parser.parse_args()
-    timings: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in CASES}
+    timings: dict[str, list[list[float]]] = {name: [[], [], []] for name in CASES}
     for _ in range(args.rounds):
-        for name, (old, new) in CASES.items():
-            for case, encode, out in (
-                (old, old_encode, timings[name][0]),
-                (new, framing.encode, timings[name][1]),
-            ):
-                seconds = timeit.timeit(round_trip(case, encode), number=args.number)
+        for name, cases in CASES.items():
+            for case, out in zip(cases, timings[name], strict=True):
+                seconds = timeit.timeit(round_trip(case), number=args.number)
                 out.append(seconds / args.number * 1e6)
     print(
         f"µs per message (build + frame + read + decode + dispatch), {args.rounds} rounds of "
-        f"{args.number}; old = pre-#15 tuples, new = typed messages"
+        f"{args.number}; ratios against old"
     )
     print()
-    print(
-        "| message | old min | new min | new/old (min) | old median | new median | new/old (median) |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    for name, (old_t, new_t) in timings.items():
-        o_min, n_min = min(old_t), min(new_t)
-        o_med, n_med = statistics.median(old_t), statistics.median(new_t)
+    print("| message | old | namedtuple | new (msgspec) | namedtuple / old | new / old |")
+    print("|---|---|---|---|---|---|")
+    for name, (old_t, nt_t, new_t) in timings.items():
+        o, n, m = min(old_t), min(nt_t), min(new_t)
+        mo, mn, mm = (statistics.median(t) for t in (old_t, nt_t, new_t))
         print(
-            f"| {name} | {o_min:.2f} | {n_min:.2f} | {n_min / o_min:.2f} | {o_med:.2f} | "
-            f"{n_med:.2f} | {n_med / o_med:.2f} |"
+            f"| {name} | {o:.2f} ({mo:.2f}) | {n:.2f} ({mn:.2f}) | {m:.2f} ({mm:.2f}) | "
+            f"{n / o:.2f} | {m / o:.2f} |"
         )
+    print()
+    print("Cells: minimum over rounds (median in parentheses); ratios of the minimums.")
 
 
 if __name__ == "__main__":

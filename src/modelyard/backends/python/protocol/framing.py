@@ -1,36 +1,60 @@
 """Framing for the server <-> worker channel (a Unix socket pair).
 
-A frame is a 4-byte little-endian length and a pickle (protocol 5) of a plain tuple, a
-message's wire form (messages.py). Large tensor payloads never travel in frames: they go
+A frame is a 4-byte little-endian length and a MessagePack body: a message (messages.py), or
+any value MessagePack encodes. Each side decodes with the decoder it is given (the kinds it
+expects, checked), or a plain one. Large tensor payloads never travel in frames: they go
 through the shared-memory pool (tensor_pool.py) and the frame carries a reference.
 """
 
 from __future__ import annotations
 
 import asyncio
-import pickle
+import logging
 import socket
 import struct
 import threading
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
+from modelyard.backends.python.protocol.messages import enc_hook, ext_hook
+
+log = logging.getLogger("modelyard")
+
 _HEADER = struct.Struct("<I")
 BURST = 32  # frames handled per turn of the server's event loop (see FrameProtocol)
 MAX_FRAME = 1 << 31
 
+_encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+Decode = Callable[[Any], Any]  # a frame's body (bytes or a memoryview) -> what it holds
+decode_any: Decode = msgspec.msgpack.Decoder(ext_hook=ext_hook).decode  # lists for arrays
 
-def encode(wire: tuple[Any, ...]) -> bytes:
-    body = pickle.dumps(wire, protocol=5)
-    return _HEADER.pack(len(body)) + body
+
+def encode(value: Any) -> bytearray:
+    """A frame holding ``value``."""
+    frame = bytearray(4)
+    _encoder.encode_into(value, frame, 4)
+    _HEADER.pack_into(frame, 0, len(frame) - 4)
+    return frame
+
+
+def _undecodable(e: Exception) -> None:
+    # A bug, never the model's doing: the frame is dropped and the channel goes on.
+    log.error("dropped a frame of the worker channel that does not decode: %s", e)
 
 
 class FrameProtocol(asyncio.Protocol):
-    """Server side: decodes frames from the worker and hands each one (a message's wire form)
-    to a callback."""
+    """Server side: decodes frames from the worker and hands what each holds to a callback."""
 
-    def __init__(self, on_frame: Callable[[tuple[Any, ...]], None], on_lost: Callable[[], None]):
+    def __init__(
+        self,
+        on_frame: Callable[[Any], None],
+        on_lost: Callable[[], None],
+        decode: Decode = decode_any,
+    ):
         self._on_frame = on_frame
+        self._decode = decode
         self._on_lost = on_lost
         self._buf = bytearray()
         self._paused = False  # frames wait in _buf for the next turn of the loop
@@ -63,10 +87,15 @@ class FrameProtocol(asyncio.Protocol):
                     self.transport.pause_reading()
                 asyncio.get_running_loop().call_soon(self._resume)
                 return
-            wire = pickle.loads(memoryview(buf)[pos + 4 : pos + 4 + n])
+            try:
+                value = self._decode(memoryview(buf)[pos + 4 : pos + 4 + n])
+            except (msgspec.DecodeError, ValueError) as e:
+                _undecodable(e)
+                pos += 4 + n
+                continue
             pos += 4 + n
             done += 1
-            self._on_frame(wire)
+            self._on_frame(value)
         if pos:
             del buf[:pos]
         if self._paused:
@@ -84,22 +113,23 @@ class FrameProtocol(asyncio.Protocol):
         self._process(-1)  # what the worker wrote before it went away
         self._on_lost()
 
-    def send(self, wire: tuple[Any, ...]) -> None:
+    def send(self, value: Any) -> None:
         if self.transport is None or self.transport.is_closing():
             raise ConnectionError("worker channel is closed")
-        self.transport.write(encode(wire))
+        self.transport.write(encode(value))
 
 
 class BlockingChannel:
     """Worker side: blocking reads on one thread, thread-safe writes from any thread."""
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, decode: Decode = decode_any):
         self._sock = sock
+        self._decode = decode
         self._wlock = threading.Lock()
         self._rbuf = bytearray()
 
-    def send(self, wire: tuple[Any, ...]) -> None:
-        data = encode(wire)
+    def send(self, value: Any) -> None:
+        data = encode(value)
         with self._wlock:
             self._sock.sendall(data)
 
@@ -108,18 +138,22 @@ class BlockingChannel:
         buf = self._rbuf
         return len(buf) >= 4 and len(buf) - 4 >= _HEADER.unpack_from(buf)[0]
 
-    def recv(self) -> tuple[Any, ...] | None:
-        """The next frame's content, or None when the server closed the channel."""
-        if not self._fill(4):
-            return None
+    def recv(self) -> Any:
+        """What the next frame holds, or None when the server closed the channel."""
         buf = self._rbuf
-        (n,) = _HEADER.unpack_from(buf)
-        if not self._fill(4 + n):
-            return None
-        with memoryview(buf) as view:  # decoded in place: no copy of the frame
-            wire: tuple[Any, ...] = pickle.loads(view[4 : 4 + n])
-        del buf[: 4 + n]
-        return wire
+        while True:
+            if not self._fill(4):
+                return None
+            (n,) = _HEADER.unpack_from(buf)
+            if not self._fill(4 + n):
+                return None
+            try:
+                with memoryview(buf) as view:  # decoded in place: no copy of the frame
+                    return self._decode(view[4 : 4 + n])
+            except (msgspec.DecodeError, ValueError) as e:
+                _undecodable(e)
+            finally:
+                del buf[: 4 + n]
 
     def _fill(self, n: int) -> bool:
         """Read until ``n`` bytes are buffered; False at the end of the stream."""

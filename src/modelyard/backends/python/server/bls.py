@@ -163,12 +163,12 @@ class WorkerCalls:
         worker, host, call_id = self.worker, self.host, msg.call_id
         if host is None:
             error = ("BLS is not available in this server build", ErrorCode.UNSUPPORTED)
-            self._reply(call_id, ([], None, error), True)
+            self._reply(call_id, Response([], None, error), True)
             return
         try:
             request = self._request(msg)
         except ModelyardError as e:
-            self._reply(call_id, ([], None, (e.message, e.code)), True)
+            self._reply(call_id, Response([], None, (e.message, e.code)), True)
             return
         chain = worker.waiting_chain() if msg.blocking else frozenset()
         parents = worker.live_requests(msg.parents)
@@ -242,8 +242,9 @@ class WorkerCalls:
         if resp.flag_only:
             return None
         if resp.error is not None:
-            return ([], None, (resp.error.message, resp.error.code))
-        return ([self.worker.pack_tensor(t) for t in resp.outputs], resp.parameters, None)
+            return Response([], None, (resp.error.message, resp.error.code))
+        tensors = [self.worker.pack_tensor(t) for t in resp.outputs]
+        return Response(tensors, resp.parameters, None)
 
     def _reply(self, call_id: int, payload: Response | None, final: bool) -> None:
         try:

@@ -5,9 +5,10 @@ The config parameter names a conda-pack style ``.tar.gz`` or an unpacked environ
 in it stands for the model's folder. As Triton activates the environment and runs its stub
 there, the worker runs on the environment's own interpreter, with the environment's ``bin``
 on ``PATH`` and ``lib`` on ``LD_LIBRARY_PATH``: the model imports the environment's packages.
-Of modelyard's side only the worker code (``modelyard`` and ``triton_python_backend_utils``,
-from a folder that holds nothing else) is put first on ``sys.path``, so the worker always
-speaks this server's protocol; numpy must be in the environment, as Triton requires.
+Of the server's side only the worker code (``modelyard`` and ``triton_python_backend_utils``,
+and ``msgspec`` that the channel uses, from a folder that holds nothing else) is put first on
+``sys.path``, so the worker always speaks this server's protocol; numpy must be in the
+environment, as Triton requires.
 
 An archive is extracted once per server process into a private folder (entries that would
 land outside it are refused: absolute paths, ``..``, writing through a symlink) and again
@@ -34,6 +35,9 @@ from typing import Any
 log = logging.getLogger("modelyard")
 
 PARAMETER = "EXECUTION_ENV_PATH"
+# What a worker imports from the server's installation (msgspec: the channel's encoding; a
+# compiled module, usable because the environment's Python has the server's version).
+WORKER_PACKAGES = ("modelyard", "triton_python_backend_utils", "msgspec")
 MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
 _PROBE_TIMEOUT_S = 120.0
 # The worker's entry point on the environment's interpreter: this server's worker code first
@@ -133,12 +137,13 @@ class EnvironmentManager:
         return dest
 
     def _worker_path(self) -> str:
-        """A folder with links to the two packages a worker imports from modelyard, so the
-        environment sees nothing else of the server's installation."""
+        """A folder with links to the packages a worker imports from the server's installation
+        (modelyard's, and msgspec for the channel), so the environment sees nothing else of
+        it."""
         folder = self._base_dir() / "worker-path"
         if not folder.is_dir():
             folder.mkdir()
-            for package in ("modelyard", "triton_python_backend_utils"):
+            for package in WORKER_PACKAGES:
                 module = sys.modules.get(package) or __import__(package)
                 (folder / package).symlink_to(os.path.dirname(str(module.__file__)))
         return str(folder)

@@ -44,7 +44,7 @@ def pack_request(
         for name, ref in r.shm_outputs.items():
             region_tokens.add(ref.token)
             dests[name] = output_destination(ref)
-    return (
+    return RequestItem(
         key,
         r.id,
         r.correlation_id,
@@ -83,14 +83,13 @@ def unpack_response(
 ) -> InferResponse:
     req = ctx.request
     resp = InferResponse(req.model_name, version, req.id, final=final)
-    outputs, params, error = payload
-    if error is not None:
-        resp.error = ModelyardError(*error)
+    if payload.error is not None:
+        resp.error = ModelyardError(*payload.error)
         resp.model_error = True
         return resp
-    for packed in outputs:
+    for packed in payload.tensors:
         name, datatype, shape, data = packed
-        if type(data) is tuple and data[0] == client_regions.WRITTEN:
+        if type(data) is list and data[0] == client_regions.WRITTEN:  # (arrays decode as lists)
             _, nbytes = data
             region = req.shm_outputs[name].region if req.shm_outputs else ""
             written = {shm_regions.REGION: region, shm_regions.BYTE_SIZE: nbytes}
@@ -98,8 +97,8 @@ def unpack_response(
             continue
         _, _, arr = tensor_pool.unpack(packed, mapper)
         resp.outputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
-    if params:
-        resp.parameters = params
+    if payload.parameters:
+        resp.parameters = payload.parameters
     return resp
 
 

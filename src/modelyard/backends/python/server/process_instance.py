@@ -41,8 +41,8 @@ from modelyard.backends.python.protocol.messages import (
     Send,
     ServerMessage,
     UnloadModel,
-    from_wire,
-    to_wire,
+    WorkerMessage,
+    decode_worker_message,
 )
 from modelyard.backends.python.server import packing
 from modelyard.backends.python.server.bls import WorkerCalls
@@ -145,7 +145,8 @@ class PythonWorker(WorkerRequests, WorkerHealth):
         finally:
             child.close()
         _, proto = await self._loop.create_unix_connection(
-            lambda: framing.FrameProtocol(self._on_frame, self._on_lost), sock=parent
+            lambda: framing.FrameProtocol(self._on_frame, self._on_lost, decode_worker_message),
+            sock=parent,
         )
         self._proto = proto
         self._alive = True
@@ -223,9 +224,9 @@ class PythonWorker(WorkerRequests, WorkerHealth):
         if proto is None:
             raise InternalError(f"Stub process '{self.name}' is not healthy.")
         if self._to_free:
-            proto.send(to_wire(Free(self._to_free)))
+            proto.send(Free(self._to_free))
             self._to_free = []
-        proto.send(to_wire(message))
+        proto.send(message)
 
     async def _call(
         self, request: Callable[[int], ServerMessage] | None, timeout: float | None, what: str
@@ -265,20 +266,20 @@ class PythonWorker(WorkerRequests, WorkerHealth):
         finally:
             self._calls.pop(call_id, None)
 
-    def _on_frame(self, wire: tuple[Any, ...]) -> None:
-        msg = from_wire(wire)
+    def _on_frame(self, msg: WorkerMessage) -> None:
+        # (the frequent kinds are tested first)
         if type(msg) is Executed:
             self._answer(msg.call_id, msg, msg.error)
-        elif type(msg) is Result:
-            self._answer(msg.call_id, msg.value, msg.error)
         elif type(msg) is Send:
             self._on_send(msg.key, msg.response, msg.flags)
-        elif type(msg) is Free:
-            self._pool.release(msg.segments)
-        elif type(msg) is AsyncExecuted:
-            self._on_async_results(msg)
         elif type(msg) is Bls:
             self.calls.bls(msg)
+        elif type(msg) is Free:
+            self._pool.release(msg.segments)
+        elif type(msg) is Result:
+            self._answer(msg.call_id, msg.value, msg.error)
+        elif type(msg) is AsyncExecuted:
+            self._on_async_results(msg)
         elif type(msg) is Log:
             self.calls.log(msg.level, msg.message, msg.filename, msg.line)
         elif type(msg) is Ready:
@@ -339,14 +340,14 @@ class PythonWorker(WorkerRequests, WorkerHealth):
     def _send_forget(self, token: int) -> None:
         if self._proto is not None:
             with contextlib.suppress(ConnectionError):
-                self._proto.send(to_wire(ForgetRegions([token])))
+                self._proto.send(ForgetRegions([token]))
 
     def _flush_free(self) -> None:
         self._flush_scheduled = False
         if self._to_free and self._proto is not None:
             names, self._to_free = self._to_free, []
             with contextlib.suppress(ConnectionError):
-                self._proto.send(to_wire(Free(names)))
+                self._proto.send(Free(names))
 
 
 def _worker_env() -> dict[str, str]:

@@ -25,7 +25,6 @@ from modelyard.backends.python.protocol.messages import (
     RequestItem,
     Response,
     ServerMessage,
-    to_wire,
 )
 from modelyard.backends.python.server import packing
 from modelyard.backends.python.server.reschedule import reschedule
@@ -166,7 +165,7 @@ class WorkerRequests(Instance):
     def _send_cancel(self, key: int) -> None:
         if key in self._live and self._proto is not None:
             with contextlib.suppress(ConnectionError):
-                self._proto.send(to_wire(Cancel([key])))
+                self._proto.send(Cancel([key]))
 
     def _fail(self, keys: list[int], err: ModelyardError) -> None:
         for key in keys:

@@ -36,7 +36,7 @@ class ReadBaton:
         self,
         chan: BlockingChannel,
         sock_fd: int,
-        dispatch: Callable[[tuple[Any, ...] | None], bool],
+        dispatch: Callable[[Any], bool],
     ):
         self._chan = chan
         self._dispatch = dispatch
@@ -103,7 +103,7 @@ class ReadBaton:
                 return done()
         return True
 
-    def _handle(self, msg: tuple[Any, ...] | None) -> bool:
+    def _handle(self, msg: Any) -> bool:
         ok = self._dispatch(msg)
         with self._cv:  # under the lock: a follower checks done() and waits atomically
             if not ok:

@@ -103,15 +103,14 @@ class BlsClient:
         pb = self.rt.pb
         if response is None:  # a flag-only final
             return pb.InferenceResponse._from_server([], flag_only=True)
-        outputs, params, error = response
-        if error is not None:
-            message, code = error
+        if response.error is not None:
+            message, code = response.error
             return pb.InferenceResponse._from_server([], pb.TritonError._from_server(message, code))
         tensors = []
-        for packed in outputs:
+        for packed in response.tensors:
             name, _, arr = tensor_pool.unpack(packed, self.rt.stub.mapper)
             tensors.append(pb.Tensor._from_server(name, arr))
-        return pb.InferenceResponse._from_server(tensors, None, params or None)
+        return pb.InferenceResponse._from_server(tensors, None, response.parameters or None)
 
     def _send(self, call_id: int, request: Any, decoupled: bool) -> None:
         self.rt.stub.send(self._request(call_id, request, decoupled))

@@ -9,6 +9,7 @@ import os
 import stat
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,7 @@ class ClientRegions:
         return view
 
     def input(
-        self, payload: tuple[Any, ...], datatype: str, shape: tuple[int, ...]
+        self, payload: Sequence[Any], datatype: str, shape: tuple[int, ...]
     ) -> np.ndarray[Any, Any]:
         """A read-only view of the input's bytes in the client's region."""
         _, info, offset, nbytes = payload

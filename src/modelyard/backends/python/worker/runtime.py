@@ -64,13 +64,13 @@ class StubRuntime:
     # -- requests in, responses out ----------------------------------------------------------
 
     def make_request(self, item: RequestItem) -> Any:
-        key, req_id, corr_id, flags, inputs, output_names, params, timeout_us, dests = item
         pb = self.pb
         setup = self.setup
+        key, output_names, dests = item.key, item.output_names, item.destinations
         tensors = []
-        for packed in inputs:
+        for packed in item.inputs:
             name, datatype, shape, data = packed
-            if type(data) is tuple and data[0] == client_regions.INPUT:
+            if type(data) is list and data[0] == client_regions.INPUT:  # (arrays decode as lists)
                 arr = self.stub.regions.input(data, datatype, shape)
             else:
                 _, _, arr = tensor_pool.unpack(packed, self.stub.mapper)
@@ -83,15 +83,15 @@ class StubRuntime:
             lambda _k=key: _k in self.cancelled,
         )
         request = pb.InferenceRequest._from_server(
-            request_id=req_id,
-            correlation_id=corr_id,
+            request_id=item.request_id,
+            correlation_id=item.correlation_id,
             model_name=setup.model_name,
             model_version=setup.version,
-            flags=flags,
+            flags=item.flags,
             inputs=tensors,
             requested_output_names=output_names,
-            parameters=params or None,
-            timeout=timeout_us,
+            parameters=item.parameters or None,
+            timeout=item.timeout_us,
             response_sender=sender,
         )
         request._modelyard_key = key
@@ -107,7 +107,7 @@ class StubRuntime:
     ) -> Response:
         err = response.error()
         if err is not None:
-            return ([], None, (err.message(), err.code()))
+            return Response([], None, (err.message(), err.code()))
         wanted = None if output_names is None else set(output_names)
         outputs: list[PackedTensor] = []
         for t in response.output_tensors():
@@ -122,7 +122,7 @@ class StubRuntime:
                     outputs.append(client_regions.written_output(name, arr, written))
                     continue
             outputs.append(tensor_pool.pack_array(name, arr, self.stub.pool))
-        return (outputs, response._params or None, None)
+        return Response(outputs, response._params or None, None)
 
     def collect_responses(self, requests: list[Any], returned: Any) -> list[Response | None]:
         """Validate execute's return value as Triton does and pack each response."""

@@ -39,9 +39,9 @@ from modelyard.backends.python.protocol.messages import (
     Ready,
     RequestItem,
     Result,
+    ServerMessage,
     WorkerMessage,
-    from_wire,
-    to_wire,
+    decode_server_message,
 )
 from modelyard.backends.python.worker.baton import ReadBaton
 from modelyard.backends.python.worker.bls_client import PARENTS
@@ -56,7 +56,7 @@ Command = Execute | Init | Autocomplete | Finalize  # what the main thread runs,
 
 class Stub:
     def __init__(self, sock: socket.socket, shm_prefix: str):
-        self.chan = framing.BlockingChannel(sock)
+        self.chan = framing.BlockingChannel(sock, decode_server_message)
         self.baton = ReadBaton(self.chan, sock.fileno(), self._dispatch)
         self.pool = tensor_pool.ShmPool(shm_prefix, enabled=True)
         self.mapper = tensor_pool.ShmMapper(self._released)
@@ -85,8 +85,8 @@ class Stub:
             with self._free_lock:
                 names, self._to_free = self._to_free, []
             if names:
-                self.chan.send(to_wire(Free(names)))
-        self.chan.send(to_wire(message))
+                self.chan.send(Free(names))
+        self.chan.send(message)
 
     def reader(self) -> None:
         """The reader thread: reads when no other thread does and something must be read."""
@@ -106,14 +106,16 @@ class Stub:
         except queue.Empty:
             return None
 
-    def _dispatch(self, wire: tuple[Any, ...] | None) -> bool:
+    def _dispatch(self, msg: ServerMessage | None) -> bool:
         """Handle one message from the server, on whichever thread read it; False at the end
         of the stream."""
-        if wire is None:
+        if msg is None:
             self.work.put(None)
             return False
-        msg = from_wire(wire)
-        if type(msg) is Free:
+        # (the frequent kinds are tested first)
+        if type(msg) is Execute:
+            self.work.put(msg)
+        elif type(msg) is Free:
             self.pool.release(msg.segments)
         elif type(msg) is BlsResponse or type(msg) is ControlResult or type(msg) is Cancel:
             if self.runtime is not None:
