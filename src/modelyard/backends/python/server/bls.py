@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from modelyard import logs
-from modelyard.backends.python.protocol import tensor_pool
+from modelyard.backends.python.protocol import framing, tensor_pool
 from modelyard.backends.python.protocol.messages import (
     Bls,
     BlsResponse,
@@ -248,6 +248,10 @@ class WorkerCalls:
 
     def _reply(self, call_id: int, payload: Response | None, final: bool) -> None:
         try:
-            self.worker.send(BlsResponse(call_id, payload, final))
+            try:
+                self.worker.send(BlsResponse(call_id, payload, final))
+            except framing.ENCODE_ERRORS as e:  # e.g. a parameter no UTF-8 can hold
+                error = (f"the response cannot be sent to the model: {e}", ErrorCode.INTERNAL)
+                self.worker.send(BlsResponse(call_id, Response([], None, error), final))
         except (ModelyardError, ConnectionError):
             pass  # the caller's process is gone

@@ -36,9 +36,9 @@ class StubReadiness:
                 ready = self._check()
             except BaseException as e:  # the model's code may raise anything
                 error = (format_exception(e), ErrorCode.INTERNAL)
-                self._stub.send(Result(call_id, None, error))
+                self._stub.reply(Result(call_id, None, error))
                 continue
-            self._stub.send(Result(call_id, ready, None))
+            self._stub.reply(Result(call_id, ready, None))
 
     def _check(self) -> Any:
         """What ``is_ready()`` returned (the server checks that it is a bool)."""

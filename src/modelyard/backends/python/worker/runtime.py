@@ -10,7 +10,7 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from modelyard.backends.python.protocol import client_regions, tensor_pool
+from modelyard.backends.python.protocol import client_regions, framing, tensor_pool
 from modelyard.backends.python.protocol.error_text import control_error_text, format_exception
 from modelyard.backends.python.protocol.messages import (
     BlsResponse,
@@ -208,7 +208,8 @@ class StubRuntime:
     def log(self, level: int, message: str, filename: str, line: int) -> None:
         try:
             self.stub.send(Log(level, message, filename, line))
-        except OSError:  # the server is gone (e.g. a model thread logging during shutdown)
+        except (OSError, *framing.ENCODE_ERRORS):  # the server is gone (e.g. a model thread
+            # logging during shutdown), or the line cannot travel: keep it anyway
             from triton_python_backend_utils._runtime import print_log
 
             print_log(level, message, filename, line)

@@ -88,6 +88,20 @@ class Stub:
                 self.chan.send(Free(names))
         self.chan.send(message)
 
+    def reply(self, answer: Result | Executed | AsyncExecuted) -> None:
+        """Answer a call. An answer holding what the channel cannot encode (a model's string
+        no UTF-8 can hold, an int past 64 bits) fails the call instead of the worker."""
+        try:
+            self.send(answer)
+        except framing.ENCODE_ERRORS as e:
+            error = (f"the answer cannot be sent to the server: {e}", ErrorCode.INTERNAL)
+            if type(answer) is Result:
+                self.send(Result(answer.call_id, None, error))
+            elif type(answer) is Executed:
+                self.send(Executed(answer.call_id, None, (), error))
+            else:
+                self.send(AsyncExecuted(answer.call_id, None, (), error))
+
     def reader(self) -> None:
         """The reader thread: reads when no other thread does and something must be read."""
         self.baton.run_reader()
@@ -125,7 +139,7 @@ class Stub:
         elif type(msg) is Metrics:  # answered here: the main thread may be in execute
             from triton_python_backend_utils._metrics import snapshot
 
-            self.send(Result(msg.call_id, snapshot(), None))
+            self.reply(Result(msg.call_id, snapshot(), None))
         elif type(msg) is IsReady:  # answered off the main thread: execute may be running
             self.readiness.ask(msg.call_id)
         else:
@@ -141,7 +155,7 @@ class Stub:
                 break
             self.baton.busy()
             if type(msg) is Execute:
-                self.send(self.execute(msg.call_id, msg.requests))
+                self.reply(self.execute(msg.call_id, msg.requests))
                 continue
             call_id = msg.call_id
             try:
@@ -156,12 +170,12 @@ class Stub:
                         self.send(Result(call_id, None, None))
                         break
             except Failure as f:
-                self.send(Result(call_id, None, (f.message, f.code)))
+                self.reply(Result(call_id, None, (f.message, f.code)))
                 continue
             except BaseException as e:  # the model's code may raise anything
-                self.send(Result(call_id, None, (format_exception(e), ErrorCode.INTERNAL)))
+                self.reply(Result(call_id, None, (format_exception(e), ErrorCode.INTERNAL)))
                 continue
-            self.send(Result(call_id, value, None))
+            self.reply(Result(call_id, value, None))
         self.pool.close()
 
     # -- model lifecycle -------------------------------------------------------------------
@@ -321,11 +335,11 @@ class Stub:
                 responses = runtime.collect_responses(requests, f.result())
                 rescheduled = runtime.release(requests)
             except Failure as e:
-                self.send(AsyncExecuted(call_id, None, (), self._batch_error(e.message)))
+                self.reply(AsyncExecuted(call_id, None, (), self._batch_error(e.message)))
             except BaseException as e:
                 error = self._batch_error(format_exception(e))
-                self.send(AsyncExecuted(call_id, None, (), error))
+                self.reply(AsyncExecuted(call_id, None, (), error))
             else:
-                self.send(AsyncExecuted(call_id, responses, rescheduled, None))
+                self.reply(AsyncExecuted(call_id, responses, rescheduled, None))
 
         fut.add_done_callback(done)
