@@ -38,6 +38,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from modelyard.cli.main import GRPC_ENVIRONMENT, apply_grpc_environment
 from tests.serverproc import ServerProcess, start_server
 
 pytestmark = pytest.mark.timeout(60)
@@ -164,6 +165,18 @@ def test_logs_bound_port_and_a_taken_port_fails(server: ServerProcess, tmp_path:
     assert f"failed to bind the gRPC service to 127.0.0.1:{port}" in str(e.value)
     with grpcclient.InferenceServerClient(server.grpc_url) as c:
         assert c.is_server_live(client_timeout=TIMEOUT)  # the first one is unaffected
+
+
+def test_grpc_environment(server: ServerProcess) -> None:
+    """``modelyard serve`` sets grpc's environment (README): grpcio knows the experiments it
+    turns off (an unknown one is logged at startup), and a value the user set wins."""
+    assert "Unknown experiment" not in server.output()
+    env: dict[str, str] = {}
+    apply_grpc_environment(env)
+    assert env == GRPC_ENVIRONMENT
+    env = {"GRPC_EXPERIMENTS": ""}
+    apply_grpc_environment(env)
+    assert env == {**GRPC_ENVIRONMENT, "GRPC_EXPERIMENTS": ""}
 
 
 # -- health and metadata -------------------------------------------------------------------
