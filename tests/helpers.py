@@ -50,7 +50,15 @@ def make_repo(root: Path, names: Iterable[str], source: Path = MODELS) -> Path:
     return root
 
 
-# -- inputs, outputs, inference -------------------------------------------------------------
+# -- clients, inputs, outputs, inference --------------------------------------------------
+
+
+def client_for(server: ServerProcess, protocol: str) -> Any:
+    """A tritonclient client of ``server`` for ``protocol`` ("http" or "grpc")."""
+    if protocol == "http":
+        return httpclient.InferenceServerClient(server.http_url)
+    assert protocol == "grpc", protocol
+    return grpcclient.InferenceServerClient(server.grpc_url)
 
 
 def _datatype(array: np.ndarray[Any, Any], datatype: str | None) -> str:

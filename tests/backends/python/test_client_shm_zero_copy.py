@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from modelyard.backends.python.client_regions import ClientRegions
 from tests.conftest import Serving
-from tests.helpers import wait_until
+from tests.helpers import client_for, wait_until
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -62,12 +62,6 @@ def regions() -> Iterator[Regions]:
         r.destroy(name)
 
 
-def _client(server: ServerProcess, protocol: str) -> Any:
-    if protocol == "http":
-        return httpclient.InferenceServerClient(server.http_url)
-    return grpcclient.InferenceServerClient(server.grpc_url)
-
-
 def _infer(client: Any, protocol: str, *, osize: int = MB, ooff: int = 0,
            params: dict[str, Any] | None = None, iregion: str = "in",
            oregion: str = "out") -> Any:  # fmt: skip
@@ -99,7 +93,7 @@ def _setup(client: Any, regions: Regions, x: np.ndarray[Any, Any]) -> Any:
 def test_worker_reads_and_writes_the_client_regions(
     server: ServerProcess, regions: Regions, protocol: str
 ) -> None:
-    client = _client(server, protocol)
+    client = client_for(server, protocol)
     x = np.random.default_rng(1).random(N, dtype=np.float32)
     try:
         oh = _setup(client, regions, x)
@@ -125,7 +119,7 @@ def test_worker_reads_and_writes_the_client_regions(
 def test_output_larger_than_its_region_fails_as_before(
     server: ServerProcess, regions: Regions, protocol: str
 ) -> None:
-    client = _client(server, protocol)
+    client = client_for(server, protocol)
     x = np.ones(N, np.float32)
     try:
         oh = _setup(client, regions, x)
@@ -149,7 +143,7 @@ def test_output_larger_than_its_region_fails_as_before(
 def test_unregister_during_a_request(
     server: ServerProcess, regions: Regions, protocol: str, tmp_path: Path
 ) -> None:
-    client = _client(server, protocol)
+    client = client_for(server, protocol)
     x = np.arange(N, dtype=np.float32)
     results: list[Any] = []
     started, gate = tmp_path / "started", tmp_path / "gate"
@@ -159,7 +153,7 @@ def test_unregister_during_a_request(
         params = {"started": str(started), "gate": str(gate)}
         worker = threading.Thread(
             target=lambda: results.append(
-                _infer(_client(server, protocol), protocol, params=params)
+                _infer(client_for(server, protocol), protocol, params=params)
             )
         )
         worker.start()
@@ -185,7 +179,7 @@ def test_unregister_during_a_request(
 def test_region_recreated_after_registration_reads_the_registered_object(
     server: ServerProcess, regions: Regions, protocol: str
 ) -> None:
-    client = _client(server, protocol)
+    client = client_for(server, protocol)
     x = np.arange(N, dtype=np.float32)
     try:
         oh = _setup(client, regions, x)
@@ -204,7 +198,7 @@ def test_cached_model_keeps_outputs_in_the_response(
     server: ServerProcess, regions: Regions, protocol: str
 ) -> None:
     mod = httpclient if protocol == "http" else grpcclient
-    client = _client(server, protocol)
+    client = client_for(server, protocol)
     x = np.array([[1, 2, 3, float(protocol == "http")]], np.float32)  # a fresh cache key
     try:
         oh = regions.make("out", 64)
