@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -92,9 +93,11 @@ def grpc_inputs(**arrays: np.ndarray[Any, Any]) -> list[grpcclient.InferInput]:
     return [grpc_input(name, array) for name, array in arrays.items()]
 
 
-def inputs(protocol: str, **arrays: np.ndarray[Any, Any]) -> list[Any]:
-    """The inputs for ``protocol`` ("http", "grpc", or their ".aio" forms)."""
-    return http_inputs(**arrays) if protocol.startswith("http") else grpc_inputs(**arrays)
+def inputs(protocol: str | ModuleType, **arrays: np.ndarray[Any, Any]) -> list[Any]:
+    """The inputs for ``protocol``: "http", "grpc" (or their ".aio" forms), or the tritonclient
+    module itself."""
+    name = protocol if isinstance(protocol, str) else protocol.__name__
+    return http_inputs(**arrays) if "http" in name else grpc_inputs(**arrays)
 
 
 def http_outputs(*names: str, binary: bool = True) -> list[httpclient.InferRequestedOutput]:

@@ -67,7 +67,10 @@ async def test_max_batch_size_caps_batches() -> None:
 
 async def test_queue_delay_waits_for_a_preferred_size() -> None:
     inst = RecordingInstance("m_0", delay=0.0)
-    cfg = BatcherConfig(max_batch_size=8, preferred_batch_sizes=(4,), max_queue_delay_us=200_000)
+    # A delay far beyond the test's bound: the batch can only go out by reaching size 4.
+    cfg = BatcherConfig(
+        max_batch_size=8, preferred_batch_sizes=(4,), max_queue_delay_us=600_000_000
+    )
     b = DynamicBatcher("m", [inst], cfg)
     futs = []
     for i in range(4):
@@ -75,7 +78,7 @@ async def test_queue_delay_waits_for_a_preferred_size() -> None:
         b.submit(ctx)
         futs.append(fut)
         await asyncio.sleep(0.01)
-    await asyncio.wait_for(asyncio.gather(*futs), 5)
+    await asyncio.wait_for(asyncio.gather(*futs), 30)
     assert inst.batches == [["r0", "r1", "r2", "r3"]]  # one batch, sent when it reached 4
 
 
