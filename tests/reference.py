@@ -188,7 +188,8 @@ def start_reference(
     ``/v2/health/ready`` 200 and gRPC ServerReady true) and the metrics port accepts
     connections (at most ``timeout`` s): on a loaded machine Triton's gRPC service can come
     up after HTTP already answers. ``ready_headers`` go with both readiness probes (the
-    header a restricted ``health`` API or protocol expects)."""
+    header a restricted ``health`` API expects; gRPC gets it as a restricted protocol wants
+    it, with the ``triton-grpc-protocol-`` prefix)."""
     script = reference_script()
     if script is None or not reference_available():
         raise RuntimeError(
@@ -212,12 +213,14 @@ def start_reference(
             start_new_session=True,
         )
     server = ReferenceServer(proc, http_port, grpc_port, metrics_port, Path(log_name))
+    # A restricted gRPC protocol expects its header with this prefix (Triton's convention).
+    grpc_headers = {f"triton-grpc-protocol-{k}": v for k, v in (ready_headers or {}).items()}
     deadline = time.monotonic() + timeout
     while True:
         if (
             _http_status(server.http_url, "/v2/health/ready", headers=ready_headers) == 200
             and _accepts(server.metrics_url)
-            and _grpc_ready(server.grpc_url, ready_headers)
+            and _grpc_ready(server.grpc_url, grpc_headers)
         ):
             return server
         if proc.poll() is not None:
