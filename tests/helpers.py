@@ -208,14 +208,21 @@ def wait_for_log(
     regex = pattern if isinstance(pattern, re.Pattern) else re.compile(re.escape(pattern))
     deadline = time.monotonic() + timeout
     while True:
+        ended = server.eof.is_set()  # read before the output: then nothing more can come
         match = regex.search(server.output())
         if match:
             return match
-        if time.monotonic() > deadline or server.proc.poll() is not None:
+        if ended or time.monotonic() > deadline:
             raise AssertionError(
                 f"no log line matching {regex.pattern!r} after {timeout:g} s:\n{server.output()}"
             )
         time.sleep(0.02)
+
+
+def final_output(server: ServerProcess, timeout: float = WAIT_S) -> str:
+    """Everything an exited server wrote, once the thread reading its output has read it all."""
+    assert server.eof.wait(timeout), f"the server's output did not end:\n{server.output()}"
+    return server.output()
 
 
 # -- metrics --------------------------------------------------------------------------------

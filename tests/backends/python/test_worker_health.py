@@ -24,7 +24,7 @@ from tritonclient.utils import InferenceServerException
 from modelyard.backends.python.restart import RestartPolicy, describe_exit
 from tests.conftest import Serving
 from tests.healthmodels import CRASHY, FLAKY, STEADY, write_model
-from tests.helpers import grpc_input, http_input, wait_until
+from tests.helpers import grpc_input, http_input, wait_for_log, wait_until
 from tests.serverproc import ServerProcess
 
 BACKOFF = ("--backend-config", "python,restart-backoff-seconds=0.5",
@@ -115,11 +115,12 @@ def test_a_failed_restart_is_retried_until_initialize_succeeds(
     assert grpc.infer(name, _in(grpcclient, 4)).as_numpy("OUT")[0] == 8
     assert _index_entry(http, name) == {"name": name, "version": "1", "state": "READY"}
     assert http.is_server_ready() and grpc.is_server_ready()
-    log = server.output()
-    assert "worker process of model instance 'health_flaky_0_0' exited with code 3; " in log
-    assert ("restart of model instance 'health_flaky_0_0' failed (attempt 1; its worker exited "
-            "with code 3; next attempt in 0.5 s): RuntimeError: initialize refused") in log  # fmt: skip
-    assert "model instance 'health_flaky_0_0' restarted" in log
+    # (each line may not have been read from the server's output yet)
+    wait_for_log(server, "worker process of model instance 'health_flaky_0_0' exited with code 3; ")
+    wait_for_log(server, "restart of model instance 'health_flaky_0_0' failed (attempt 1; its "
+                 "worker exited with code 3; next attempt in 0.5 s): RuntimeError: initialize "
+                 "refused")  # fmt: skip
+    wait_for_log(server, "model instance 'health_flaky_0_0' restarted")
 
 
 def test_a_crash_loop_is_held_back_without_starving_another_model(
@@ -151,8 +152,9 @@ def test_a_crash_loop_is_held_back_without_starving_another_model(
     assert all(m.startswith("Stub process 'health_crashy_0_0' is not healthy.") for m in messages)
     held = [m for m in messages if "backing off" in m]
     assert held, messages  # answered at once while the restarts backed off
-    crashes = server.output().count("model instance 'health_crashy_0_0' exited with code 7")
-    assert 2 <= crashes < requests
+    crashed = "model instance 'health_crashy_0_0' exited with code 7"
+    wait_until(lambda: server.output().count(crashed) >= 2, what="two crashes in the log")
+    assert server.output().count(crashed) < requests
 
 
 @pytest.mark.parametrize("strict", [True, False])
