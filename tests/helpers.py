@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -85,11 +85,13 @@ def grpc_input(
     return t
 
 
-def http_inputs(binary: bool = True, **arrays: np.ndarray[Any, Any]) -> list[httpclient.InferInput]:
+def http_inputs(
+    arrays: Mapping[str, np.ndarray[Any, Any]], binary: bool = True
+) -> list[httpclient.InferInput]:
     return [http_input(name, array, binary=binary) for name, array in arrays.items()]
 
 
-def grpc_inputs(**arrays: np.ndarray[Any, Any]) -> list[grpcclient.InferInput]:
+def grpc_inputs(arrays: Mapping[str, np.ndarray[Any, Any]]) -> list[grpcclient.InferInput]:
     return [grpc_input(name, array) for name, array in arrays.items()]
 
 
@@ -97,7 +99,7 @@ def inputs(protocol: str | ModuleType, **arrays: np.ndarray[Any, Any]) -> list[A
     """The inputs for ``protocol``: "http", "grpc" (or their ".aio" forms), or the tritonclient
     module itself."""
     name = protocol if isinstance(protocol, str) else protocol.__name__
-    return http_inputs(**arrays) if "http" in name else grpc_inputs(**arrays)
+    return http_inputs(arrays) if "http" in name else grpc_inputs(arrays)
 
 
 def http_outputs(*names: str, binary: bool = True) -> list[httpclient.InferRequestedOutput]:
@@ -114,7 +116,7 @@ def _request_parts(
     arrays: Mapping[str, np.ndarray[Any, Any]] | Sequence[Any],
     outputs: Sequence[str] | None,
 ) -> tuple[list[Any], list[Any] | None]:
-    built = make_inputs(**arrays) if isinstance(arrays, Mapping) else list(arrays)
+    built = make_inputs(arrays) if isinstance(arrays, Mapping) else list(arrays)
     return built, (make_outputs(*outputs) if outputs is not None else None)
 
 
@@ -145,11 +147,21 @@ def infer_grpc(
     return client.infer(model, built, outputs=requested, client_timeout=client_timeout, **kwargs)
 
 
+def settle(future: asyncio.Future[T]) -> Callable[[T], None]:
+    """A callback that gives ``future`` the first value it is called with."""
+
+    def callback(value: T) -> None:
+        if not future.done():
+            future.set_result(value)
+
+    return callback
+
+
 # -- waiting --------------------------------------------------------------------------------
 
 
 def wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     timeout: float = WAIT_S,
     interval: float = 0.02,
     what: str | Callable[[], str] | None = None,
@@ -167,12 +179,30 @@ def wait_until(
         time.sleep(interval)
 
 
+@overload
 async def wait_until_async(
-    predicate: Callable[[], T | Awaitable[T]],
+    predicate: Callable[[], Awaitable[T | None]],
+    timeout: float = ...,
+    interval: float = ...,
+    what: str | Callable[[], str] | None = ...,
+) -> T: ...
+
+
+@overload
+async def wait_until_async(
+    predicate: Callable[[], T | None],
+    timeout: float = ...,
+    interval: float = ...,
+    what: str | Callable[[], str] | None = ...,
+) -> T: ...
+
+
+async def wait_until_async(
+    predicate: Callable[[], Any],
     timeout: float = WAIT_S,
     interval: float = 0.02,
     what: str | Callable[[], str] | None = None,
-) -> T:
+) -> Any:
     """:func:`wait_until` on the event loop; ``predicate`` may be a coroutine function."""
     deadline = time.monotonic() + timeout
     while True:
@@ -180,7 +210,7 @@ async def wait_until_async(
         if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() > deadline:
             raise AssertionError(_timed_out(timeout, what, predicate, value))
         await asyncio.sleep(interval)

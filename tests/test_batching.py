@@ -32,17 +32,18 @@ class Doubler:
 def test_batched_stacks_and_splits() -> None:
     reqs = [_request(X=np.ones((1, 2), np.float32)), _request(X=np.full((2, 2), 3, np.float32))]
     first, second = Doubler().execute(reqs)
-    np.testing.assert_array_equal(
-        pb_utils.get_output_tensor_by_name(first, "Y").as_numpy(), [[2, 2]]
+    y, s = (
+        pb_utils.get_output_tensor_by_name(first, "Y"),
+        pb_utils.get_output_tensor_by_name(second, "S"),
     )
-    np.testing.assert_array_equal(
-        pb_utils.get_output_tensor_by_name(second, "S").as_numpy(), [6, 6]
-    )
+    assert y is not None and s is not None
+    np.testing.assert_array_equal(y.as_numpy(), [[2, 2]])
+    np.testing.assert_array_equal(s.as_numpy(), [6, 6])
 
 
 def test_stack_mode_and_row_errors() -> None:
     class Summer:
-        @batched(stack=True)
+        @batched(stack=True)  # type: ignore[untyped-decorator]  # batched() returns Any
         def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             return {"S": inputs["X"].sum(axis=1), "BAD": np.zeros(5)}
 

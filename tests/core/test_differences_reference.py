@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +57,10 @@ def _observe(http_url: str, grpc_url: str, shm_key: str) -> dict[str, Any]:
     for key in ESCAPING:
         files = {**src, key: b"x = 1\n"}
         seen[f"escape_http {key}"] = _error(
-            lambda f=files: http.load_model("newm", config=cfg, files=f)
+            partial(http.load_model, "newm", config=cfg, files=files)
         )
         seen[f"escape_grpc {key}"] = _error(
-            lambda f=files: grpc.load_model("newm", config=cfg, files=f)
+            partial(grpc.load_model, "newm", config=cfg, files=files)
         )
     # A leading "/" names the override folder's root (Triton's own tests send such paths).
     rooted = {"file:/1/model.py": src["file:1/model.py"]}

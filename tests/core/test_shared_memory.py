@@ -7,7 +7,7 @@ import base64
 import os
 import queue
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,11 @@ def test_symlinks_and_non_files_are_not_opened(
 
 def test_disabled_manager_refuses_registration() -> None:
     manager = SharedMemoryManager(enabled=False)
-    for call in (lambda: manager.register("r", "/k", 0, 8), lambda: manager.unregister("r")):
+    calls: list[Callable[[], object]] = [
+        lambda: manager.register("r", "/k", 0, 8),
+        lambda: manager.unregister("r"),
+    ]
+    for call in calls:
         with pytest.raises(ModelyardError) as e:
             call()
         assert e.value.code == ErrorCode.UNSUPPORTED
@@ -340,11 +344,12 @@ def test_allow_client_shm_false(serving: Serving, regions: Any) -> None:
         g = grpcclient.InferenceServerClient(srv.grpc_url)
         assert "system_shared_memory" not in h.get_server_metadata()["extensions"]
         text = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
-        for call, status in (
+        calls: list[tuple[Callable[[], object], str]] = [
             (lambda: h.register_system_shared_memory("in", in_key, 64), "501"),
             (lambda: g.register_system_shared_memory("in", in_key, 64), "StatusCode.UNIMPLEMENTED"),
             (lambda: h.unregister_system_shared_memory(), "501"),
-        ):
+        ]
+        for call, status in calls:
             with pytest.raises(InferenceServerException) as e:
                 call()
             assert (str(e.value.status()), e.value.message()) == (status, text)

@@ -22,7 +22,14 @@ from modelyard.backends.base import Instance, RequestContext
 from modelyard.scheduling.default import DefaultScheduler
 from modelyard.types import InferRequest, InferResponse, Tensor
 from tests.conftest import Serving
-from tests.helpers import MODELS, grpc_input, metric_value, read_metrics, wait_until_async
+from tests.helpers import (
+    MODELS,
+    grpc_input,
+    metric_value,
+    read_metrics,
+    settle,
+    wait_until_async,
+)
 from tests.serverproc import ServerProcess
 
 
@@ -98,7 +105,7 @@ async def test_requests_go_to_healthy_instances_and_wait_for_one() -> None:
 def _ctx(rid: str, caller: str = "") -> tuple[RequestContext, asyncio.Future[InferResponse]]:
     fut: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
     req = InferRequest("m", [Tensor("IN", "FP32", (1,), np.zeros(1, np.float32))], id=rid)
-    ctx = RequestContext(req, None, lambda r: fut.done() or fut.set_result(r), caller=caller)
+    ctx = RequestContext(req, None, settle(fut), caller=caller)
     return ctx, fut
 
 

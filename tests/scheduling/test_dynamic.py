@@ -11,6 +11,7 @@ from modelyard.backends.base import Instance, RequestContext
 from modelyard.errors import Unavailable
 from modelyard.scheduling.dynamic import BatcherConfig, DynamicBatcher, QueuePolicy
 from modelyard.types import InferRequest, InferResponse, Tensor
+from tests.helpers import settle
 
 
 class RecordingInstance(Instance):
@@ -38,7 +39,7 @@ def _ctx(rid: str, batch: int = 1, priority: int = 0, timeout_us: int = 0,
     fut: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
     t = Tensor("IN", "FP32", (batch, width), np.zeros((batch, width), np.float32))
     req = InferRequest("m", [t], id=rid, priority=priority, timeout_us=timeout_us)
-    return RequestContext(req, None, lambda r: fut.done() or fut.set_result(r)), fut
+    return RequestContext(req, None, settle(fut)), fut
 
 
 async def test_requests_queued_while_busy_form_one_batch() -> None:

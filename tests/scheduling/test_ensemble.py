@@ -106,7 +106,8 @@ async def test_batched_ensemble_under_concurrent_clients(server: ServerProcess) 
 
         async def one(x: np.ndarray) -> np.ndarray:
             res = await client.infer("ens_batched", inputs(grpcaio, X=x))
-            return res.as_numpy("Y")
+            y: np.ndarray = res.as_numpy("Y")
+            return y
 
         results = await asyncio.wait_for(asyncio.gather(*(one(x) for x in batches)), 30)
         for x, y in zip(batches, results, strict=True):
@@ -149,7 +150,10 @@ def test_statistics_count_ensemble_and_step_requests(server: ServerProcess) -> N
     with pytest.raises(InferenceServerException):
         client.infer("ens_diamond", inputs(httpclient, A=np.zeros(4, np.float32), B=B))
     e1, c1 = stats("ens_diamond"), stats("ens_check")
-    count = lambda s, k: s["inference_stats"][k]["count"]  # noqa: E731
+
+    def count(stats: dict[str, Any], kind: str) -> int:
+        return int(stats["inference_stats"][kind]["count"])
+
     assert count(e1, "success") - count(e0, "success") == 1
     assert count(e1, "fail") - count(e0, "fail") in (1, 2)  # once or twice, as Triton 2.51
     assert e1["execution_count"] - e0["execution_count"] == 1

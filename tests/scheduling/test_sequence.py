@@ -46,7 +46,7 @@ async def test_interleaved_sequences_keep_their_own_state(server: ServerProcess)
     results = await asyncio.wait_for(
         asyncio.gather(run(1, [1, 2, 3, 4]), run("abc", [10, 20, 30]), run(7, [5, 5, 5, 5, 5])), 30
     )
-    assert results == [[1, 3, 6, 10], [10, 30, 60], [5, 10, 15, 20, 25]]
+    assert list(results) == [[1, 3, 6, 10], [10, 30, 60], [5, 10, 15, 20, 25]]
     await client.close()
 
 

@@ -235,7 +235,7 @@ async def test_async_bls_inside_a_decoupled_model(served: Served, client: str) -
 
 # (spec, code, start, part): the message starts with `start` and contains `part`. Errors
 # raised before the callee ran carry Triton's BLS prefix; the callee's own come unchanged.
-ERRORS = {
+ERRORS: dict[str, tuple[dict[str, Any], int, str, str]] = {
     "unknown-model": ({"model": "no_such_model"}, 2, PREFIX.format("no_such_model"),
                       "unknown model: 'no_such_model' is not found"),
     "bad-input": ({"model": "bls_echo", "inputs": {"WRONG": {"data": [1.0]}}}, 3,

@@ -8,6 +8,7 @@ import asyncio
 import glob
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -50,7 +51,7 @@ def test_where_execute_runs(served: Served) -> None:
 def test_in_process_bls_hands_arrays_over_without_copying(served: Served, path: str) -> None:
     if served.mode != "in-process":
         pytest.skip("worker processes exchange tensors through shared memory")
-    spec = {"model": "bls_echo"}
+    spec: dict[str, Any] = {"model": "bls_echo"}
     if path == "via-event-loop":
         spec["timeout"] = 10_000_000  # a BLS timeout takes the scheduler's path
     result, out = drive(served.http(), spec)

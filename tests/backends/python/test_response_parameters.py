@@ -111,7 +111,7 @@ def test_bad_parameters_raise_tritons_errors(
 
 
 def test_decoupled_responses_carry_their_parameters(served: ServerProcess) -> None:
-    sent = [{"bool": False, "int": 2048}, {"str": "Hello World!"}, {}]
+    sent: list[dict[str, Any]] = [{"bool": False, "int": 2048}, {"str": "Hello World!"}, {}]
     got: queue.Queue[Any] = queue.Queue()
     with grpcclient.InferenceServerClient(served.grpc_url) as client:
         client.start_stream(callback=lambda result, error: got.put(error or result))

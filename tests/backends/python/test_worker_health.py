@@ -152,9 +152,9 @@ def test_a_crash_loop_is_held_back_without_starving_another_model(
     assert all(m.startswith("Stub process 'health_crashy_0_0' is not healthy.") for m in messages)
     held = [m for m in messages if "backing off" in m]
     assert held, messages  # answered at once while the restarts backed off
-    crashed = "model instance 'health_crashy_0_0' exited with code 7"
-    wait_until(lambda: server.output().count(crashed) >= 2, what="two crashes in the log")
-    assert server.output().count(crashed) < requests
+    crash = "model instance 'health_crashy_0_0' exited with code 7"
+    wait_until(lambda: server.output().count(crash) >= 2, what="two crashes in the log")
+    assert server.output().count(crash) < requests
 
 
 @pytest.mark.parametrize("strict", [True, False])

@@ -44,7 +44,8 @@ def _array(datatype: str, n: int = 6) -> np.ndarray[Any, Any]:
     if datatype == "BYTES":
         return np.array([f"v{i}".encode() * i for i in range(n)], dtype=np.object_)
     if datatype == "BOOL":
-        return np.arange(n) % 3 == 0
+        mask: np.ndarray[Any, Any] = np.arange(n) % 3 == 0
+        return mask
     return np.arange(n).astype(_NP[datatype])
 
 

@@ -293,14 +293,15 @@ def test_raw_request_fills_the_variable_dim_and_batch() -> None:
     request, plan = codec.raw_infer_request("m", "", body, ("IN", "FP32", (-1,)), 8, 1)
     (tensor,) = request.inputs
     assert (tensor.name, tensor.datatype, tensor.shape) == ("IN", "FP32", (1, 6))
-    assert bytes(tensor.raw) == body
+    assert tensor.raw is not None and bytes(tensor.raw) == body
     assert plan.default_binary is True and request.outputs is None
 
 
 def test_raw_request_bytes_input_is_one_element() -> None:
     request, _ = codec.raw_infer_request("m", "", b"hello", ("S", "BYTES", (1,)), 0, 1)
     assert request.inputs[0].shape == (1,)
-    assert request.inputs[0].data.tolist() == [b"hello"]
+    data = request.inputs[0].data
+    assert data is not None and data.tolist() == [b"hello"]
 
 
 @pytest.mark.parametrize(
@@ -480,7 +481,7 @@ def test_request_encodings() -> None:
     assert compression.request_encoding("gzip") == "gzip"
     with pytest.raises(compression.UnsupportedCompression) as exc:
         compression.request_encoding("br")
-    assert _error(exc) == (501, "Unsupported compression type")  # type: ignore[arg-type]
+    assert _error(exc) == (501, "Unsupported compression type")
 
 
 @pytest.mark.parametrize(

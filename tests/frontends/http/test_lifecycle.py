@@ -11,7 +11,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +102,8 @@ async def test_an_unexpected_exception_is_a_500_and_the_app_keeps_serving(
                 raise RuntimeError("receive broke")
             return {"type": "http.request", "body": b"{}", "more_body": False}
 
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(dict(message))
 
         scope = {"type": "http", "method": "POST", "raw_path": path, "headers": []}
         await app(scope, receive, send)
