@@ -30,7 +30,7 @@ from modelyard.backends.base import RequestContext
 from modelyard.scheduling.default import DefaultScheduler
 from modelyard.types import InferRequest, InferResponse
 from tests.conftest import Serving
-from tests.helpers import MODES, grpc_input, http_input
+from tests.helpers import MODES, grpc_input, http_input, wait_until_async
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
@@ -392,8 +392,10 @@ class _GatedInstance:
     def __init__(self, name: str, gate: asyncio.Event):
         self.name = name
         self.gate = gate
+        self.running = False
 
     async def execute(self, batch: list[RequestContext]) -> None:
+        self.running = True
         await self.gate.wait()
         for ctx in batch:
             ctx.on_response(InferResponse("m", "1", ""))
@@ -401,11 +403,11 @@ class _GatedInstance:
 
 async def test_scheduler_drains_after_batches_that_end_together() -> None:
     gate = asyncio.Event()
-    sched = DefaultScheduler("m", [_GatedInstance("m_0", gate), _GatedInstance("m_1", gate)])  # type: ignore[list-item]
+    instances = [_GatedInstance("m_0", gate), _GatedInstance("m_1", gate)]
+    sched = DefaultScheduler("m", instances)  # type: ignore[arg-type]
     for _ in range(2):
         sched.submit(RequestContext(InferRequest(model_name="m", inputs=[]), None, lambda r: None))
-    await asyncio.sleep(0.01)
+    await wait_until_async(lambda: all(i.running for i in instances), what="both batches to run")
     gate.set()  # both batches end in the same event-loop iteration
-    await asyncio.sleep(0.01)
-    assert not sched._tasks and not sched.pending
+    await wait_until_async(lambda: not sched._tasks and not sched.pending, what="the drain")
     assert await sched.drain(1.0)
