@@ -14,7 +14,8 @@ The reference is installed by ``shared/reference/triton install`` into
         ref.stop()
 
 ``shared/`` lies beside the repository (``<root>/main`` and ``<root>/shared``; in CI
-``<tmp>/p`` and ``<tmp>/shared``); ``$MODELYARD_SHARED`` names it explicitly.
+``<tmp>/p`` and ``<tmp>/shared``) or beside a folder above it (a worktree
+``<root>/wt/<name>``); ``$MODELYARD_SHARED`` names it explicitly.
 """
 
 from __future__ import annotations
@@ -42,16 +43,15 @@ def reference_home() -> Path:
 
 
 def shared_dir() -> Path | None:
-    """The project's ``shared/`` folder, or None when it cannot be found."""
+    """The project's ``shared/`` folder, or None when it cannot be found: ``$MODELYARD_SHARED``,
+    else a ``shared/`` holding ``reference/triton`` beside the repository or beside any folder
+    above it (a git worktree such as ``<root>/wt/<name>`` finds ``<root>/shared``)."""
     candidates: list[Path] = []
     if os.environ.get("MODELYARD_SHARED"):
         candidates.append(Path(os.environ["MODELYARD_SHARED"]))
-    candidates += [
-        Path(__file__).resolve().parents[2] / "shared",
-        Path(__file__).parent.parent / ".." / "shared",  # unresolved: differs under symlinks
-        _REPO_ROOT / ".." / "shared",
-        Path.cwd().parent / "shared",
-    ]
+    for start in (_REPO_ROOT, Path(__file__).absolute().parents[1], Path.cwd()):
+        # resolved and as written: the two differ under symlinks
+        candidates += [folder / "shared" for folder in start.parents]
     for candidate in candidates:
         if (candidate / "reference" / "triton").is_file():
             return candidate.resolve()
@@ -103,6 +103,19 @@ def _http_status(
         return None
     finally:
         conn.close()
+
+
+def _grpc_ready(hostport: str, headers: dict[str, str] | None = None) -> bool:
+    """The gRPC endpoint answers ServerReady with true (a listening port is not enough: under
+    load Triton's gRPC service has refused calls for a moment after its port accepted)."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        with grpcclient.InferenceServerClient(hostport) as client:
+            return bool(client.is_server_ready(headers=headers, client_timeout=2.0))
+    except InferenceServerException:
+        return False
 
 
 @dataclass
@@ -171,10 +184,12 @@ def start_reference(
     ready_headers: dict[str, str] | None = None,
 ) -> ReferenceServer:
     """Start the reference Triton on ``repo`` (extra ``args`` go to tritonserver) on free
-    ports, and wait until ``/v2/health/ready`` answers 200 and the gRPC and metrics ports
-    accept connections (at most ``timeout`` s): on a loaded machine Triton's gRPC listener
-    can come up after HTTP already answers. ``ready_headers`` go with the readiness probe
-    (the header a restricted ``health`` API expects)."""
+    ports, and wait until both endpoints answer that the server is ready (HTTP
+    ``/v2/health/ready`` 200 and gRPC ServerReady true) and the metrics port accepts
+    connections (at most ``timeout`` s): on a loaded machine Triton's gRPC service can come
+    up after HTTP already answers. ``ready_headers`` go with both readiness probes (the
+    header a restricted ``health`` API expects; gRPC gets it as a restricted protocol wants
+    it, with the ``triton-grpc-protocol-`` prefix)."""
     script = reference_script()
     if script is None or not reference_available():
         raise RuntimeError(
@@ -198,12 +213,14 @@ def start_reference(
             start_new_session=True,
         )
     server = ReferenceServer(proc, http_port, grpc_port, metrics_port, Path(log_name))
+    # A restricted gRPC protocol expects its header with this prefix (Triton's convention).
+    grpc_headers = {f"triton-grpc-protocol-{k}": v for k, v in (ready_headers or {}).items()}
     deadline = time.monotonic() + timeout
     while True:
         if (
             _http_status(server.http_url, "/v2/health/ready", headers=ready_headers) == 200
-            and _accepts(server.grpc_url)
             and _accepts(server.metrics_url)
+            and _grpc_ready(server.grpc_url, grpc_headers)
         ):
             return server
         if proc.poll() is not None:

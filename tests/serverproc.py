@@ -26,6 +26,7 @@ class ServerProcess:
     proc: subprocess.Popen[str]
     ports: dict[str, int] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
+    eof: threading.Event = field(default_factory=threading.Event)  # all output has been read
 
     @property
     def http_url(self) -> str:
@@ -94,6 +95,7 @@ def start_server(
                 server.ports[_KEYS[m.group(1)]] = int(m.group(3))
                 if all(k in server.ports for k in expect):
                     ready.set()
+        server.eof.set()
         ready.set()
 
     threading.Thread(target=pump, daemon=True).start()

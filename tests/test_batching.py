@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,9 +12,9 @@ import tritonclient.grpc.aio as grpcaio
 
 import triton_python_backend_utils as pb_utils
 from modelyard.batching import batched
-from tests.serverproc import ServerProcess, start_server
-
-MODELS = Path(__file__).resolve().parent / "models"
+from tests.conftest import Serving
+from tests.helpers import grpc_input
+from tests.serverproc import ServerProcess
 
 
 def _request(**arrays: np.ndarray) -> pb_utils.InferenceRequest:
@@ -33,17 +32,18 @@ class Doubler:
 def test_batched_stacks_and_splits() -> None:
     reqs = [_request(X=np.ones((1, 2), np.float32)), _request(X=np.full((2, 2), 3, np.float32))]
     first, second = Doubler().execute(reqs)
-    np.testing.assert_array_equal(
-        pb_utils.get_output_tensor_by_name(first, "Y").as_numpy(), [[2, 2]]
+    y, s = (
+        pb_utils.get_output_tensor_by_name(first, "Y"),
+        pb_utils.get_output_tensor_by_name(second, "S"),
     )
-    np.testing.assert_array_equal(
-        pb_utils.get_output_tensor_by_name(second, "S").as_numpy(), [6, 6]
-    )
+    assert y is not None and s is not None
+    np.testing.assert_array_equal(y.as_numpy(), [[2, 2]])
+    np.testing.assert_array_equal(s.as_numpy(), [6, 6])
 
 
 def test_stack_mode_and_row_errors() -> None:
     class Summer:
-        @batched(stack=True)
+        @batched(stack=True)  # type: ignore[untyped-decorator]  # batched() returns Any
         def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             return {"S": inputs["X"].sum(axis=1), "BAD": np.zeros(5)}
 
@@ -54,15 +54,9 @@ def test_stack_mode_and_row_errors() -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("batching") / "repo"
-    repo.mkdir()
-    (repo / "batch_helper").symlink_to(MODELS / "batch_helper")
-    srv = start_server(repo)
-    try:
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(models=["batch_helper"]) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 async def test_served_model_gets_the_dynamic_batch_stacked(server: ServerProcess) -> None:
@@ -72,9 +66,7 @@ async def test_served_model_gets_the_dynamic_batch_stacked(server: ServerProcess
 
         async def one(i: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             x = np.full((n, 2), i, np.float32)
-            t = grpcaio.InferInput("IN", [n, 2], "FP32")
-            t.set_data_from_numpy(x)
-            res = await client.infer("batch_helper", [t])
+            res = await client.infer("batch_helper", [grpc_input("IN", x)])
             return x, res.as_numpy("OUT"), res.as_numpy("ROWS")
 
         results = await asyncio.wait_for(
@@ -83,7 +75,7 @@ async def test_served_model_gets_the_dynamic_batch_stacked(server: ServerProcess
         for (x, out, rows), n in zip(results, sizes, strict=True):
             np.testing.assert_array_equal(out, x * 2)
             assert rows.shape == (n, 1)
-        # The 200 ms queue delay lets concurrent requests share one execute call.
+        # The queue delay holds the requests until their 8 rows fill one execute call.
         assert max(int(rows[0, 0]) for _, _, rows in results) > max(sizes)
     finally:
         await client.close()

@@ -44,6 +44,20 @@ def test_raw_from_array_handles_non_contiguous_and_big_endian() -> None:
     assert bytes(codec.raw_from_array("INT32", b)) == np.arange(3, dtype="<i4").tobytes()
 
 
+@pytest.mark.parametrize("small", [True, False])
+def test_raw_from_array_small_copies_and_large_views(small: bool) -> None:
+    n = 8 if small else codec.SMALL_COPY_BYTES  # int32 [n, 2]: 64 B, or 8x the copy limit
+    a = np.arange(2 * n, dtype=np.int32).reshape(n, 2)
+    raw = codec.raw_from_array("INT32", a)
+    assert isinstance(raw, bytes) == small  # large tensors: a view, not a copy
+    assert bytes(raw) == a.tobytes()
+    strided = a[:, ::2]
+    assert bytes(codec.raw_from_array("INT32", strided)) == np.ascontiguousarray(strided).tobytes()
+    swapped = a.astype(">i4")
+    assert bytes(codec.raw_from_array("INT32", swapped)) == a.tobytes()
+    assert codec.raw_from_array("INT32", a[:0]) == b""
+
+
 def test_expected_byte_size() -> None:
     assert codec.expected_byte_size("FP32", (2, 4)) == 32
     assert codec.expected_byte_size("BOOL", (3,)) == 3

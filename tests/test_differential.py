@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,8 +24,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import Serving
+from tests.helpers import wait_until
 from tests.reference import ReferenceServer, reference_available, start_reference
-from tests.serverproc import ServerProcess, start_server
 
 pytestmark = [
     pytest.mark.reference,
@@ -74,37 +73,28 @@ class Pair:
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    repo = tmp_path_factory.mktemp("differential") / "model_repository"
-    shutil.copytree(
-        EXAMPLES, repo, ignore=shutil.ignore_patterns("__pycache__", *REFERENCE_CANNOT_LOAD)
-    )
+def servers(serving: Serving) -> Iterator[Pair]:
+    examples = sorted(p.name for p in EXAMPLES.iterdir()
+                      if (p / "config.pbtxt").is_file() and p.name not in REFERENCE_CANNOT_LOAD)  # fmt: skip
+    repo = serving.repo(examples, EXAMPLES, copy=True)
     ref: ReferenceServer = start_reference(repo)
-    mine: ServerProcess | None = None
     try:
-        mine = start_server(repo)
-        _wait_ready(mine.http_url)
-        yield Pair(
-            Endpoints("triton", ref.http_url, ref.grpc_url),
-            Endpoints("modelyard", mine.http_url, mine.grpc_url),
-        )
+        with serving.server(repo) as mine:
+            wait_until(lambda: _ready(mine.http_url), 60, 0.1, what="modelyard to be ready")
+            yield Pair(
+                Endpoints("triton", ref.http_url, ref.grpc_url),
+                Endpoints("modelyard", mine.http_url, mine.grpc_url),
+            )
     finally:
-        if mine is not None:
-            mine.stop()
         ref.stop()
 
 
-def _wait_ready(hostport: str, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    with httpclient.InferenceServerClient(hostport) as client:
-        while time.monotonic() < end:
-            try:
-                if client.is_server_ready():
-                    return
-            except Exception:
-                pass
-            time.sleep(0.1)
-    raise TimeoutError(f"modelyard at {hostport} not ready after {timeout:.0f} s")
+def _ready(hostport: str) -> bool:
+    try:
+        with httpclient.InferenceServerClient(hostport) as client:
+            return bool(client.is_server_ready())
+    except Exception:
+        return False
 
 
 def both(pair: Pair, observe: Callable[[Endpoints], Any]) -> tuple[Any, Any]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.serverproc import start_server
+from tests.conftest import Serving
+from tests.helpers import MODES
 from tests.test_differential import EXAMPLES, MODELS, REFERENCE_CANNOT_LOAD
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,17 +23,14 @@ def test_differential_models_cover_every_example() -> None:
     assert not set(MODELS) & set(REFERENCE_CANNOT_LOAD)
 
 
-@pytest.mark.parametrize("mode", ["process", "in-process"])
-def test_pipeline_client(mode: str) -> None:
-    server = start_server(EXAMPLES, "--backend-config", f"python,execution-mode={mode}")
-    try:
+@pytest.mark.parametrize("mode", MODES)
+def test_pipeline_client(mode: str, serving: Serving) -> None:
+    with serving.server(EXAMPLES, mode=mode) as server:
         run = subprocess.run(
             [sys.executable, str(ROOT / "examples" / "pipeline_client.py"),
              "--http-url", server.http_url, "--grpc-url", server.grpc_url],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
-    finally:
-        server.stop()
     assert run.returncode == 0, run.stdout + run.stderr + server.output()
     assert run.stdout.count(" ok") == 10  # five signals, two protocols
     assert "noisy     -> low       after 2 round(s)" in run.stdout

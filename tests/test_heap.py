@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.serverproc import ServerProcess, refused_start, start_server
+from tests.conftest import Serving
+from tests.serverproc import ServerProcess, refused_start
 
 MODELS = Path(__file__).parent / "models"
 
@@ -70,18 +71,11 @@ def _minor_faults(pid: int) -> int:
     return int(fields[7])  # minflt: field 10 of proc(5), counted after the command name
 
 
-def _server(tmp: Path, *args: str) -> ServerProcess:
-    (tmp / "shm_identity").symlink_to(MODELS / "shm_identity")
-    return start_server(tmp, "--allow-metrics=false", "--allow-http=false", *args,
-                        timeout=120, expect=("grpc",))  # fmt: skip
-
-
 @pytest.fixture(params=["default", "off"])
-def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, ServerProcess]]:
+def server(request: pytest.FixtureRequest, serving: Serving) -> Iterator[tuple[str, ServerProcess]]:
     args = ("--heap-retain-mb", "0") if request.param == "off" else ()
-    srv = _server(tmp_path, *args)
-    yield request.param, srv
-    srv.stop()
+    with serving.server(None, *args, models=["shm_identity"], endpoints=("grpc",)) as srv:
+        yield request.param, srv
 
 
 @glibc_only

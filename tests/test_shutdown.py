@@ -7,10 +7,8 @@ Triton's "failed to stop server")."""
 from __future__ import annotations
 
 import asyncio
-import http.client
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +17,25 @@ import pytest
 import tritonclient.grpc.aio as grpcaio
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import Serving
 from tests.healthmodels import GATED, write_model
-from tests.serverproc import ServerProcess, start_server
+from tests.helpers import (
+    MODES,
+    final_output,
+    grpc_input,
+    metric_value,
+    read_metrics,
+    wait_for_log,
+    wait_until_async,
+)
+from tests.serverproc import ServerProcess
 
-MODES = {"process": (), "in-process": ("--backend-config", "python,execution-mode=in-process")}
 WAIT_S = 90.0  # guards against hanging only
 STOPPING = "Server is stopping, scheduler for model has stopped accepting new inference requests"
 
 
 def _in(value: float) -> list[grpcaio.InferInput]:
-    x = grpcaio.InferInput("IN", [1], "FP32")
-    x.set_data_from_numpy(np.array([value], np.float32))
-    return [x]
+    return [grpc_input("IN", np.array([value], np.float32))]
 
 
 async def _outcome(client: grpcaio.InferenceServerClient, value: float, rid: str) -> Any:
@@ -42,10 +47,7 @@ async def _outcome(client: grpcaio.InferenceServerClient, value: float, rid: str
 
 
 async def _until(what: str, check: Any) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
+    await wait_until_async(check, WAIT_S, what=what)
 
 
 async def _exit_code(server: ServerProcess) -> int:
@@ -68,14 +70,15 @@ def _workers_of(pid: int) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-async def test_a_hung_model_is_cut_off_at_the_exit_timeout(tmp_path: Path, mode: str) -> None:
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_hung_model_is_cut_off_at_the_exit_timeout(
+    tmp_path: Path, mode: str, serving: Serving
+) -> None:
     """One request hangs in execute for good, two wait behind it, finalize would hang too:
     SIGTERM with a 2 s exit timeout still ends the server, every request has its answer."""
     folder = write_model(tmp_path, "gated", GATED)
     (folder / "hang_finalize").touch()
-    server = start_server(tmp_path, "--exit-timeout-secs", "2", *MODES[mode])
-    try:
+    with serving.server(tmp_path, "--exit-timeout-secs", "2", mode=mode) as server:
         async with grpcaio.InferenceServerClient(server.grpc_url) as client:
             hung = asyncio.ensure_future(_outcome(client, -1, "hung"))
             await _until("the hung request to run", (folder / "started").exists)
@@ -99,34 +102,24 @@ async def test_a_hung_model_is_cut_off_at_the_exit_timeout(tmp_path: Path, mode:
                     "Server is stopping, the exit timeout (2 s) expired before the request ran",
                 )
             assert await _exit_code(server) == 1
-        log = server.output()
+        log = final_output(server)
         assert "failed to stop server: Exit timeout expired. Exiting immediately." in log
         await _until("its workers to end", lambda: not _workers_of(server.proc.pid))
-    finally:
-        server.stop()
 
 
 def _pending(server: ServerProcess) -> int:
     """nv_inference_pending_request_count of the model: requests queued in the server (one
     staged in a busy worker has left that queue)."""
-    host, port = server.metrics_url.rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    try:
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-    finally:
-        conn.close()
-    for line in text.splitlines():
-        if line.startswith('nv_inference_pending_request_count{model="gated"'):
-            return int(float(line.rsplit(" ", 1)[1]))
-    return 0
+    text = read_metrics(server.metrics_url)
+    return int(metric_value(text, "nv_inference_pending_request_count", model="gated") or 0)
 
 
-async def test_a_clean_drain_completes_in_flight_requests_and_exits_0(tmp_path: Path) -> None:
+async def test_a_clean_drain_completes_in_flight_requests_and_exits_0(
+    tmp_path: Path, serving: Serving
+) -> None:
     folder = write_model(tmp_path, "gated", GATED)
     (folder / "hold").touch()
-    server = start_server(tmp_path, "--exit-timeout-secs", "60")
-    try:
+    with serving.server(tmp_path, "--exit-timeout-secs", "60") as server:
         async with grpcaio.InferenceServerClient(server.grpc_url) as client:
             running = asyncio.ensure_future(_outcome(client, 3, "running"))
             await _until("the request to run", (folder / "started").exists)
@@ -140,22 +133,17 @@ async def test_a_clean_drain_completes_in_flight_requests_and_exits_0(tmp_path: 
             (folder / "hold").unlink()
             assert await asyncio.wait_for(running, WAIT_S) == 3
             assert await _exit_code(server) == 0
-        assert "Exit timeout expired" not in server.output()
-    finally:
-        server.stop()
+        assert "Exit timeout expired" not in final_output(server)
 
 
-async def test_a_hung_finalize_is_abandoned(tmp_path: Path) -> None:
+async def test_a_hung_finalize_is_abandoned(tmp_path: Path, serving: Serving) -> None:
     folder = write_model(tmp_path, "gated", GATED)
     (folder / "hang_finalize").touch()
-    server = start_server(tmp_path, "--exit-timeout-secs", "1")
-    try:
+    with serving.server(tmp_path, "--exit-timeout-secs", "1") as server:
         async with grpcaio.InferenceServerClient(server.grpc_url) as client:
             assert await _outcome(client, 5, "ok") == 5
         server.proc.send_signal(signal.SIGTERM)
         assert await _exit_code(server) == 1
-        assert ("finalize of gated_0_0 did not finish within the exit timeout (1 s): abandoned"
-                in server.output())  # fmt: skip
+        wait_for_log(server, "finalize of gated_0_0 did not finish within the exit timeout (1 s): "
+                     "abandoned")  # fmt: skip
         await _until("its workers to end", lambda: not _workers_of(server.proc.pid))
-    finally:
-        server.stop()

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import tritonclient.http as httpclient
 
+from tests.helpers import wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "model_repository"
 TEST_MODELS = ROOT / "tests" / "models"
@@ -44,17 +46,16 @@ def bench(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Benc
     return BenchRun(proc.returncode, proc.stdout, proc.stderr, records)
 
 
+def _ready(hostport: str) -> bool:
+    try:
+        with httpclient.InferenceServerClient(hostport) as client:
+            return bool(client.is_server_ready())
+    except Exception:
+        return False
+
+
 def wait_ready(hostport: str, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    with httpclient.InferenceServerClient(hostport) as client:
-        while time.monotonic() < end:
-            try:
-                if client.is_server_ready():
-                    return
-            except Exception:
-                pass
-            time.sleep(0.1)
-    raise TimeoutError(f"server at {hostport} not ready after {timeout:.0f} s")
+    wait_until(lambda: _ready(hostport), timeout, 0.1, what=f"the server at {hostport} to be ready")
 
 
 def check_records(

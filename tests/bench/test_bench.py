@@ -11,24 +11,20 @@ from pathlib import Path
 import pytest
 
 from tests.bench.helpers import EXAMPLES, TEST_MODELS, BenchRun, bench, check_records, wait_ready
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.helpers import make_repo
+from tests.serverproc import ServerProcess
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("bench") / "repo"
-    repo.mkdir()
-    for name in ("add_sub", "repeat", "string_upper", "scale_batched", "accumulate"):
-        (repo / name).symlink_to(EXAMPLES / name)
-    (repo / "py_exec_error").symlink_to(TEST_MODELS / "py_exec_error")
-    srv = start_server(repo)
-    try:
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    examples = ["add_sub", "repeat", "string_upper", "scale_batched", "accumulate"]
+    repo = make_repo(serving.repo(examples, EXAMPLES), ["py_exec_error"], TEST_MODELS)
+    with serving.server(repo) as srv:
         wait_ready(srv.http_url)
         yield srv
-    finally:
-        srv.stop()
 
 
 def test_http_sweep_writes_json_csv_and_plot(server: ServerProcess, tmp_path: Path) -> None:

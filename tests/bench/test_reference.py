@@ -4,13 +4,13 @@ command and the same checks as against modelyard (skipped when the reference is 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.bench.helpers import EXAMPLES, bench, check_records
+from tests.conftest import Serving
 from tests.reference import ReferenceServer, reference_available, start_reference
 
 pytestmark = [
@@ -20,10 +20,8 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceServer]:
-    repo = tmp_path_factory.mktemp("bench-reference") / "repo"
-    for name in ("add_sub", "repeat", "string_upper", "accumulate"):
-        shutil.copytree(EXAMPLES / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+def triton(serving: Serving) -> Iterator[ReferenceServer]:
+    repo = serving.repo(["add_sub", "repeat", "string_upper", "accumulate"], EXAMPLES, copy=True)
     ref = start_reference(repo)
     try:
         yield ref

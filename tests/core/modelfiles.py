@@ -2,18 +2,20 @@
 
 Every model is ``OUTPUT0 = INPUT0 + k`` (FP32, any length), so a response tells which
 version of the files answered. Options make it slow to initialize or execute, fail in
-``initialize``, or record its ``initialize`` calls in the file named by ``$MM_LOG``.
+``initialize``, or record its ``initialize`` calls in the file named by ``$MM_LOG`` (and the
+start of each ``execute`` in the file named by ``$MM_EXEC_LOG``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tests import helpers
 
 MODEL_PY = """\
 import os
@@ -36,6 +38,7 @@ def _log(args, what):
 
 class TritonPythonModel:
     def initialize(self, args):
+        self.name = args["model_name"]
         _log(args, "start")
         time.sleep(INIT_SLEEP)
         _log(args, "end")
@@ -43,6 +46,10 @@ class TritonPythonModel:
             raise RuntimeError("broken on purpose")
 
     def execute(self, requests):
+        path = os.environ.get("MM_EXEC_LOG")
+        if path:
+            with open(path, "a") as f:
+                f.write(f"{{self.name}} exec\\n")
         time.sleep(EXEC_SLEEP)
         out = []
         for r in requests:
@@ -94,27 +101,20 @@ def write_model(repo: Path, name: str, k: float = 0.0, version: int = 1, **opts:
     return folder
 
 
-def infer_http(client: Any, name: str, values: list[float] | None = None) -> np.ndarray:
-    import tritonclient.http as httpclient
+def _values(values: list[float] | None) -> dict[str, np.ndarray]:
+    return {"INPUT0": np.asarray(values if values is not None else [1.0, 2.0], dtype=np.float32)}
 
-    x = np.asarray(values if values is not None else [1.0, 2.0], dtype=np.float32)
-    inp = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
-    inp.set_data_from_numpy(x)
-    return client.infer(name, [inp]).as_numpy("OUTPUT0")  # type: ignore[no-any-return]
+
+def infer_http(client: Any, name: str, values: list[float] | None = None) -> np.ndarray:
+    return helpers.infer_http(client, name, _values(values)).as_numpy("OUTPUT0")  # type: ignore[no-any-return]
 
 
 def infer_grpc(client: Any, name: str, values: list[float] | None = None) -> np.ndarray:
-    import tritonclient.grpc as grpcclient
-
-    x = np.asarray(values if values is not None else [1.0, 2.0], dtype=np.float32)
-    inp = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
-    inp.set_data_from_numpy(x)
-    return client.infer(name, [inp], client_timeout=60).as_numpy("OUTPUT0")  # type: ignore[no-any-return]
+    result = helpers.infer_grpc(client, name, _values(values), client_timeout=60)
+    return result.as_numpy("OUTPUT0")  # type: ignore[no-any-return]
 
 
-def wait_until(predicate: Any, timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+def executions(log: Path, name: str) -> int:
+    """How many times ``name`` started ``execute`` (``log``: the server's ``$MM_EXEC_LOG``)."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return lines.count(f"{name} exec")

@@ -9,8 +9,8 @@ with Triton's whole message; statuses are the same."""
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,9 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from tests.backends.python.test_model_control import control_grpc, control_http
+from tests.conftest import Serving
 from tests.core.modelfiles import config_json, model_source, write_model
+from tests.helpers import wait_until
 from tests.reference import reference_available, start_reference
 from tests.serverproc import start_server
 
@@ -55,10 +57,10 @@ def _observe(http_url: str, grpc_url: str, shm_key: str) -> dict[str, Any]:
     for key in ESCAPING:
         files = {**src, key: b"x = 1\n"}
         seen[f"escape_http {key}"] = _error(
-            lambda f=files: http.load_model("newm", config=cfg, files=f)
+            partial(http.load_model, "newm", config=cfg, files=files)
         )
         seen[f"escape_grpc {key}"] = _error(
-            lambda f=files: grpc.load_model("newm", config=cfg, files=f)
+            partial(grpc.load_model, "newm", config=cfg, files=files)
         )
     # A leading "/" names the override folder's root (Triton's own tests send such paths).
     rooted = {"file:/1/model.py": src["file:1/model.py"]}
@@ -82,7 +84,7 @@ def _same_start(mine: tuple[str, str] | None, theirs: tuple[str, str] | None) ->
 
 
 def test_load_shm_and_model_control_answers_match_triton(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serving: Serving
 ) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -94,11 +96,8 @@ def test_load_shm_and_model_control_answers_match_triton(
     region = shm.create_shared_memory_region("small", key, 8192)
     args = ("--model-control-mode=explicit", "--load-model=control_probe")
     try:
-        ours = start_server(repo, *args)
-        try:
+        with serving.server(repo, *args) as ours:
             mine = _observe(ours.http_url, ours.grpc_url, key)
-        finally:
-            ours.stop()
         ref = start_reference(repo, *args, "--exit-timeout-secs=2")
         try:
             theirs = _observe(ref.http_url, ref.grpc_url, key)
@@ -116,18 +115,17 @@ def test_load_shm_and_model_control_answers_match_triton(
     assert not list((tmp_path / "tmp").rglob("escape.py"))  # nothing written, by either
 
 
-def test_load_model_of_a_missing_model_raises_tritons_text(tmp_path: Path) -> None:
+def test_load_model_of_a_missing_model_raises_tritons_text(
+    tmp_path: Path, serving: Serving
+) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "control_probe").symlink_to(MODELS / "control_probe")
     args = ("--model-control-mode=explicit", "--load-model=control_probe")
-    ours = start_server(repo, *args)
-    try:
+    with serving.server(repo, *args) as ours:
         op = "load:does_not_exist"
         mine = [control_http(ours.http_url, op), control_grpc(ours.grpc_url, op)]
         mine.append(control_http(ours.http_url, op))  # the same every time
-    finally:
-        ours.stop()
     # Triton 2.51 often aborts on this error path (boost::interprocess::lock_exception in the
     # stub's IPC): ask a fresh server once each time, until one answers.
     theirs = None
@@ -155,10 +153,11 @@ def test_a_folder_deleted_in_poll_mode_leaves_the_index_as_in_triton(tmp_path: P
             http = httpclient.InferenceServerClient(server.http_url)
             before = http.get_model_repository_index()
             shutil.rmtree(repo / "b")
-            deadline = time.monotonic() + 30
-            while "b" in {m["name"] for m in http.get_model_repository_index()}:
-                assert time.monotonic() < deadline, "the deleted model stayed in the index"
-                time.sleep(0.2)
+            wait_until(
+                lambda: "b" not in {m["name"] for m in http.get_model_repository_index()},
+                interval=0.2,
+                what="the deleted model to leave the index",
+            )
             # (Triton unloads in the background: "b" may still answer ready for a moment)
             return [before, http.get_model_repository_index()]
         finally:

@@ -17,8 +17,9 @@ from tritonclient.utils import InferenceServerException
 
 from modelyard.core import file_override
 from modelyard.errors import ErrorCode, ModelyardError
+from tests.conftest import Serving
 from tests.core.modelfiles import config_json, infer_grpc, infer_http, model_source, write_model
-from tests.serverproc import ServerProcess, start_server
+from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -81,14 +82,15 @@ def test_a_symlink_inside_the_folder_cannot_lead_out(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path, Path]]:
-    repo = tmp_path_factory.mktemp("override_repo")
+def server(
+    serving: Serving, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerProcess, Path, Path]]:
+    repo = serving.repo()
     write_model(repo, "inrepo", k=1.0)
     tmpdir = tmp_path_factory.mktemp("override_tmp")
-    srv = start_server(repo, "--model-control-mode=explicit", "--load-model=inrepo",
-                       env={"TMPDIR": str(tmpdir)})  # fmt: skip
-    yield srv, repo, tmpdir
-    srv.stop()
+    with serving.server(repo, "--model-control-mode=explicit", "--load-model=inrepo",
+                        env={"TMPDIR": str(tmpdir)}) as srv:  # fmt: skip
+        yield srv, repo, tmpdir
 
 
 def test_file_override_creates_a_model_outside_the_repository(

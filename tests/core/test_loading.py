@@ -15,8 +15,8 @@ from tritonclient.utils import InferenceServerException
 
 from modelyard.config.pbtxt import config_from_json
 from modelyard.core.dependents import dependents
+from tests.conftest import Serving
 from tests.core.modelfiles import infer_grpc, infer_http, write_model
-from tests.serverproc import start_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -43,23 +43,26 @@ def _most_at_once(intervals: list[tuple[float, float]]) -> int:
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_load_thread_count_bounds_parallel_loads(tmp_path: Path, threads: int) -> None:
+def test_load_thread_count_bounds_parallel_loads(
+    tmp_path: Path, threads: int, serving: Serving
+) -> None:
     repo = tmp_path / "repo"
     log = tmp_path / "inits.txt"
     for name in ("m1", "m2", "m3", "m4"):
         write_model(repo, name, init_sleep=0.3)
-    srv = start_server(repo, f"--model-load-thread-count={threads}", env={"MM_LOG": str(log)})
-    try:
+    with serving.server(
+        repo, f"--model-load-thread-count={threads}", env={"MM_LOG": str(log)}
+    ) as srv:
         client = httpclient.InferenceServerClient(srv.http_url)
         assert client.is_server_ready()
         intervals = _intervals(log)
         assert len(intervals) == 4
         assert _most_at_once(intervals) <= threads
-    finally:
-        srv.stop()
 
 
-def test_several_repositories_a_duplicate_and_strict_readiness(tmp_path: Path) -> None:
+def test_several_repositories_a_duplicate_and_strict_readiness(
+    tmp_path: Path, serving: Serving
+) -> None:
     r1, r2 = tmp_path / "r1", tmp_path / "r2"
     write_model(r1, "one", k=1.0)
     write_model(r2, "two", k=2.0)
@@ -67,8 +70,7 @@ def test_several_repositories_a_duplicate_and_strict_readiness(tmp_path: Path) -
     write_model(r2, "dup")
     write_model(r2, "broken", fail=True)
     for strict in ("true", "false"):
-        srv = start_server([r1, r2], f"--strict-readiness={strict}")
-        try:
+        with serving.server([r1, r2], f"--strict-readiness={strict}") as srv:
             http = httpclient.InferenceServerClient(srv.http_url)
             grpc = grpcclient.InferenceServerClient(srv.grpc_url)
             assert infer_http(http, "one", [0.0])[0] == 1.0
@@ -81,11 +83,8 @@ def test_several_repositories_a_duplicate_and_strict_readiness(tmp_path: Path) -
             assert http.is_server_ready() is (strict == "false")
             assert grpc.is_server_ready() is (strict == "false")
             assert http.is_server_live()
-        finally:
-            srv.stop()
     # Explicit mode: loading the duplicate fails with Triton's text; the others are untouched.
-    srv = start_server([r1, r2], "--model-control-mode=explicit", "--load-model=one")
-    try:
+    with serving.server([r1, r2], "--model-control-mode=explicit", "--load-model=one") as srv:
         http = httpclient.InferenceServerClient(srv.http_url)
         with pytest.raises(InferenceServerException) as e:
             http.load_model("dup")
@@ -93,8 +92,6 @@ def test_several_repositories_a_duplicate_and_strict_readiness(tmp_path: Path) -
             "500", "failed to load 'dup', failed to poll from model repository")  # fmt: skip
         http.load_model("two")  # from the second repository
         assert http.is_model_ready("two") and http.is_server_ready()
-    finally:
-        srv.stop()
 
 
 def _ensemble(name: str, *steps: str) -> model_config_pb2.ModelConfig:
@@ -117,7 +114,9 @@ def test_dependents_are_the_ensembles_that_reach_a_model() -> None:
     assert dependents("ens2", configs) == []
 
 
-def test_unload_dependents_unloads_the_ensembles_using_a_model(tmp_path: Path) -> None:
+def test_unload_dependents_unloads_the_ensembles_using_a_model(
+    tmp_path: Path, serving: Serving
+) -> None:
     repo = tmp_path / "repo"
     write_model(repo, "step")
     write_model(repo, "other")
@@ -130,8 +129,7 @@ def test_unload_dependents_unloads_the_ensembles_using_a_model(tmp_path: Path) -
         'ensemble_scheduling { step [ { model_name: "step" model_version: -1\n'
         '  input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } ] }\n'
     )
-    srv = start_server(repo, "--model-control-mode=explicit", "--load-model=*")
-    try:
+    with serving.server(repo, "--model-control-mode=explicit", "--load-model=*") as srv:
         http = httpclient.InferenceServerClient(srv.http_url)
         grpc = grpcclient.InferenceServerClient(srv.grpc_url)
         assert http.is_model_ready("ens")
@@ -141,8 +139,6 @@ def test_unload_dependents_unloads_the_ensembles_using_a_model(tmp_path: Path) -
         grpc.unload_model("step", unload_dependents=True)
         assert not http.is_model_ready("step") and not http.is_model_ready("ens")
         assert http.is_model_ready("other")
-    finally:
-        srv.stop()
 
 
 PARENT = """
@@ -169,7 +165,7 @@ class TritonPythonModel:
 """
 
 
-def test_a_model_loads_what_it_calls_from_initialize(tmp_path: Path) -> None:
+def test_a_model_loads_what_it_calls_from_initialize(tmp_path: Path, serving: Serving) -> None:
     from tests.core.modelfiles import config_json, model_source
 
     repo = tmp_path / "repo"
@@ -177,13 +173,10 @@ def test_a_model_loads_what_it_calls_from_initialize(tmp_path: Path) -> None:
     (repo / "parent" / "1" / "model.py").write_text(
         PARENT.format(src=model_source(k=5), cfg=config_json("kid"))
     )
-    srv = start_server(repo, "--model-load-thread-count=1")  # control mode "none"
-    try:
+    with serving.server(repo, "--model-load-thread-count=1") as srv:  # control mode "none"
         http = httpclient.InferenceServerClient(srv.http_url)
         assert http.is_model_ready("kid") and http.is_server_ready()
         assert infer_http(http, "parent", [1.0])[0] == 106.0
-    finally:
-        srv.stop()
 
 
 def test_cli_flags_for_model_management() -> None:

@@ -14,9 +14,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import Serving
 from tests.core.modelfiles import config, write_model
 from tests.reference import reference_available, start_reference
-from tests.serverproc import start_server
 
 pytestmark = [
     pytest.mark.reference,
@@ -52,18 +52,15 @@ def _observe(http_url: str, grpc_url: str) -> dict[str, Any]:
     return seen
 
 
-def test_repository_api_matches_triton(tmp_path: Path) -> None:
+def test_repository_api_matches_triton(tmp_path: Path, serving: Serving) -> None:
     r1, r2 = tmp_path / "r1", tmp_path / "r2"
     write_model(r1, "one", k=1.0)
     write_model(r2, "two", k=2.0)
     write_model(r1, "dup")
     write_model(r2, "dup")
     args = ("--model-control-mode=explicit", "--load-model=one")
-    ours = start_server([r1, r2], *args)
-    try:
+    with serving.server([r1, r2], *args) as ours:
         mine = _observe(ours.http_url, ours.grpc_url)
-    finally:
-        ours.stop()
     ref = start_reference(r1, f"--model-repository={r2}", *args, "--exit-timeout-secs=2")
     try:
         theirs = _observe(ref.http_url, ref.grpc_url)
@@ -72,7 +69,9 @@ def test_repository_api_matches_triton(tmp_path: Path) -> None:
     assert mine == theirs
 
 
-def test_load_api_refused_outside_explicit_mode_as_in_triton(tmp_path: Path) -> None:
+def test_load_api_refused_outside_explicit_mode_as_in_triton(
+    tmp_path: Path, serving: Serving
+) -> None:
     write_model(tmp_path, "one")
 
     def observe(http_url: str, grpc_url: str) -> list[tuple[str, str] | None]:
@@ -81,11 +80,8 @@ def test_load_api_refused_outside_explicit_mode_as_in_triton(tmp_path: Path) -> 
         return [_error(lambda: http.load_model("one")), _error(lambda: grpc.unload_model("one"))]
 
     # ("none" only: poll mode refuses through the same path, see test_polling.py)
-    ours = start_server(tmp_path, "--model-control-mode=none")
-    try:
+    with serving.server(tmp_path, "--model-control-mode=none") as ours:
         mine = observe(ours.http_url, ours.grpc_url)
-    finally:
-        ours.stop()
     ref = start_reference(tmp_path, "--model-control-mode=none", "--exit-timeout-secs=2")
     try:
         theirs = observe(ref.http_url, ref.grpc_url)

@@ -13,8 +13,9 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from modelyard.core.polling import fingerprint
-from tests.core.modelfiles import infer_grpc, infer_http, wait_until, write_model
-from tests.serverproc import start_server
+from tests.conftest import Serving
+from tests.core.modelfiles import infer_grpc, infer_http, write_model
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -42,15 +43,13 @@ def test_fingerprint_sees_content_changes(tmp_path: Path) -> None:
     assert fingerprint(tmp_path / "missing") == ()
 
 
-def test_poll_mode_adds_changes_removes_and_recovers(tmp_path: Path) -> None:
+def test_poll_mode_adds_changes_removes_and_recovers(tmp_path: Path, serving: Serving) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
     log = tmp_path / "inits.txt"
     write_model(repo, "a", k=1.0)
     write_model(repo, "b", k=2.0)
-    srv = start_server(repo, "--model-control-mode=poll", "--repository-poll-secs=0.2",
-                       env={"MM_LOG": str(log)})  # fmt: skip
-    try:
+    with serving.server(repo, "--model-control-mode=poll", "--repository-poll-secs=0.2", env={"MM_LOG": str(log)}) as srv:  # fmt: skip
         http = httpclient.InferenceServerClient(srv.http_url)
         grpc = grpcclient.InferenceServerClient(srv.grpc_url)
         assert http.is_server_ready() and _answers(http, "a", 1.0) and _answers(http, "b", 2.0)
@@ -94,5 +93,3 @@ def test_poll_mode_adds_changes_removes_and_recovers(tmp_path: Path) -> None:
         # (not ready while the model is UNLOADING, as in Triton; ready once it is unloaded)
         wait_until(http.is_server_ready, what="the server ready again")
         assert "c" not in {m["name"] for m in http.get_model_repository_index()}
-    finally:
-        srv.stop()

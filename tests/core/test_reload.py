@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,25 +16,39 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.core.modelfiles import config_json, infer_grpc, infer_http, model_source, write_model
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.core.modelfiles import (
+    config_json,
+    executions,
+    infer_grpc,
+    infer_http,
+    model_source,
+    write_model,
+)
+from tests.helpers import grpc_input, wait_until
+from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("reload_repo")
+def repo(serving: Serving) -> Path:
+    return serving.repo()
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path) -> Iterator[ServerProcess]:
+def exec_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("exec_log") / "executions.txt"
+
+
+@pytest.fixture(scope="module")
+def server(serving: Serving, repo: Path, exec_log: Path) -> Iterator[ServerProcess]:
     write_model(repo, "steady", k=0.0)
     write_model(repo, "fragile", k=1.0)
     write_model(repo, "slow", k=0.0, exec_sleep=1.5)
-    srv = start_server(repo, "--model-control-mode=explicit", "--load-model=*")
-    yield srv
-    srv.stop()
+    with serving.server(repo, "--model-control-mode=explicit", "--load-model=*",
+                        env={"MM_EXEC_LOG": str(exec_log)}) as srv:  # fmt: skip
+        yield srv
 
 
 def _http_load(url: str, stop: threading.Event, outcomes: list[float | str]) -> None:
@@ -52,8 +65,7 @@ async def _grpc_aio_load(url: str, stop: threading.Event, outcomes: list[float |
     x = np.zeros(1, np.float32)
 
     async def one() -> None:
-        inp = grpcaio.InferInput("INPUT0", [1], "FP32")
-        inp.set_data_from_numpy(x)
+        inp = grpc_input("INPUT0", x)
         try:
             r = await client.infer("steady", [inp], client_timeout=60)
             outcomes.append(float(r.as_numpy("OUTPUT0")[0]))
@@ -80,15 +92,22 @@ def test_reloads_under_steady_load_fail_no_request(server: ServerProcess, repo: 
     for t in threads:
         t.start()
     admin = grpcclient.InferenceServerClient(server.grpc_url)
+
+    def answered(value: float, http_from: int = 0, grpc_from: int = 0) -> bool:
+        return value in http_out[http_from:] and value in grpc_out[grpc_from:]
+
     try:
-        time.sleep(0.3)
+        wait_until(lambda: answered(0.0), what="both loads to run on the first version")
         for k in (1.0, 2.0, 3.0):
             write_model(repo, "steady", k=k)  # new files, then a reload from them
+            http_from, grpc_from = len(http_out), len(grpc_out)
             admin.load_model("steady")
             # Once load returns, every new request reaches the new version.
             assert infer_grpc(admin, "steady", [0.0])[0] == k
-            time.sleep(0.2)
+            wait_until(lambda: answered(k, http_from, grpc_from),  # noqa: B023 (used at once)
+                       what=f"both loads to reach version k={k}")  # fmt: skip
         admin.load_model("steady", config=config_json("steady"))  # a config-override reload
+        wait_until(lambda: len(http_out) > 10 and len(grpc_out) > 10, what="more requests")
     finally:
         stop.set()
         for t in threads:
@@ -122,9 +141,13 @@ def test_a_failed_reload_leaves_the_old_version_serving(server: ServerProcess, r
     np.testing.assert_array_equal(infer_grpc(grpc, "fragile"), [5.0, 6.0])
 
 
-def _slow_call_in_background(server: ServerProcess) -> tuple[threading.Thread, list[object]]:
-    """Start one HTTP request to ``slow`` on a thread; its result (or error) lands in the list."""
+def _slow_call_in_background(
+    server: ServerProcess, exec_log: Path
+) -> tuple[threading.Thread, list[object]]:
+    """Start one HTTP request to ``slow`` on a thread, and return once it executes (it takes
+    1.5 s); its result (or error) lands in the list."""
     result: list[object] = []
+    before = executions(exec_log, "slow")
 
     def call() -> None:
         try:
@@ -134,15 +157,15 @@ def _slow_call_in_background(server: ServerProcess) -> tuple[threading.Thread, l
 
     caller = threading.Thread(target=call)
     caller.start()
+    wait_until(lambda: executions(exec_log, "slow") > before, what="the request to execute")
     return caller, result
 
 
 def test_a_reload_lets_a_slow_in_flight_request_finish_on_the_old_version(
-    server: ServerProcess, repo: Path
+    server: ServerProcess, repo: Path, exec_log: Path
 ) -> None:
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
-    caller, result = _slow_call_in_background(server)
-    time.sleep(0.5)  # the request is executing on the old version (it takes 1.5 s)
+    caller, result = _slow_call_in_background(server, exec_log)  # on the old version
     write_model(repo, "slow", k=100.0, exec_sleep=1.5)
     grpc.load_model("slow")
     caller.join(30)
@@ -153,11 +176,10 @@ def test_a_reload_lets_a_slow_in_flight_request_finish_on_the_old_version(
     grpc.load_model("slow")
 
 
-def test_unload_drains_a_slow_in_flight_request(server: ServerProcess) -> None:
+def test_unload_drains_a_slow_in_flight_request(server: ServerProcess, exec_log: Path) -> None:
     http = httpclient.InferenceServerClient(server.http_url)
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
-    caller, result = _slow_call_in_background(server)
-    time.sleep(0.5)  # the request is executing (it takes 1.5 s)
+    caller, result = _slow_call_in_background(server, exec_log)
     grpc.unload_model("slow")
     caller.join(30)
     assert len(result) == 1 and not isinstance(result[0], Exception), result

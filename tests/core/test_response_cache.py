@@ -15,10 +15,11 @@ from google.protobuf import json_format
 
 from modelyard.core.response_cache import ResponseCache, parse_cache_config
 from modelyard.types import InferRequest, InferResponse, Tensor
+from tests.conftest import Serving
+from tests.helpers import http_input, wait_until
 from tests.reference import reference_available, reference_home, start_reference
-from tests.serverproc import ServerProcess, refused_start, start_server
+from tests.serverproc import ServerProcess, refused_start
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -97,20 +98,14 @@ def test_cached_arrays_are_private_and_read_only() -> None:
 # -- through the server -------------------------------------------------------------------------
 
 
-def _repo(root: Path, names: list[str]) -> Path:
-    for name in names:
-        (root / name).symlink_to(MODELS / name)
-    return root
+CACHE = ("--cache-config", "local,size=1048576")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = _repo(tmp_path_factory.mktemp("cache_repo"),
-                 ["cache_double", "cache_decoupled", "shm_identity"])  # fmt: skip
-    srv = start_server(repo, "--cache-config", "local,size=1048576", "--allow-metrics=false",
-                       timeout=120, expect=("http", "grpc"))  # fmt: skip
-    yield srv
-    srv.stop()
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(None, *CACHE, models=["cache_double", "cache_decoupled", "shm_identity"],
+                        endpoints=("http", "grpc")) as srv:  # fmt: skip
+        yield srv
 
 
 def _stats(client: Any, model: str) -> dict[str, Any]:
@@ -138,10 +133,26 @@ def _double(client: Any, mod: Any, value: float, outputs: list[str] | None = Non
 SEQUENCE = [(1.0, None), (1.0, None), (2.0, None), (1.0, None), (1.0, ["OUTPUT1"])]
 
 
+def _settled_stats(client: Any, model: str, requests: int) -> dict[str, Any]:
+    """The statistics once they count ``requests`` requests (each one a hit or a miss, and a
+    success) and two readings in a row agree: Triton updates them just after it answers."""
+    last: list[dict[str, Any]] = []
+
+    def settled() -> dict[str, Any] | None:
+        now = _stats(client, model)
+        counted = now["success"] == now["hit"] + now["miss"] == requests
+        agreed = counted and last and last[-1] == now
+        last[:] = [now]
+        return now if agreed else None
+
+    return wait_until(settled, interval=0.05, what=lambda: f"{requests} requests in {last}")
+
+
 def _run_sequence(client: Any, mod: Any, steps: int = len(SEQUENCE)) -> list[dict[str, Any]]:
     """Miss, hit, miss (other bytes), hit, miss (other outputs): stats after each."""
     seen = []
-    for value, outputs in SEQUENCE[:steps]:
+    first = _stats(client, "cache_double")
+    for done, (value, outputs) in enumerate(SEQUENCE[:steps], start=1):
         result = _double(client, mod, value, outputs)
         if outputs is None:
             assert result.as_numpy("OUTPUT0").tolist() == [[2 * value] * 4]
@@ -149,7 +160,7 @@ def _run_sequence(client: Any, mod: Any, steps: int = len(SEQUENCE)) -> list[dic
         else:
             assert result.as_numpy("OUTPUT1").tolist() == [[3 * value] * 4]
             assert result.as_numpy("OUTPUT0") is None
-        stats = _stats(client, "cache_double")
+        stats = _settled_stats(client, "cache_double", first["success"] + done)
         seen.append({k: v for k, v in stats.items() if k != "hit_ns"})
     return seen
 
@@ -175,7 +186,7 @@ def test_http_then_grpc_hits_and_misses(server: ServerProcess) -> None:
         assert _stats(h, "cache_double")["hit_ns"] > 0
         # the same requests over gRPC hit what HTTP stored (the cache is protocol-neutral)
         _double(g, grpcclient, 1.0)
-        after = _stats(g, "cache_double")
+        after = _settled_stats(g, "cache_double", len(EXPECTED) + 1)
         assert (after["hit"], after["miss"], after["executions"]) == (3, 3, 3)
         base = {k: after[k] for k in ("hit", "miss", "success", "executions")}
         rows = _run_sequence(g, grpcclient)
@@ -191,9 +202,7 @@ def test_models_without_response_cache_are_not_cached(server: ServerProcess) -> 
     client = httpclient.InferenceServerClient(server.http_url)
     try:
         for _ in range(2):
-            inp = httpclient.InferInput("INPUT0", [2], "FP32")
-            inp.set_data_from_numpy(np.ones(2, np.float32))
-            client.infer("shm_identity", [inp])
+            client.infer("shm_identity", [http_input("INPUT0", np.ones(2, np.float32))])
         stats = _stats(client, "shm_identity")
         assert (stats["hit"], stats["miss"], stats["executions"]) == (0, 0, 2)
     finally:
@@ -216,11 +225,8 @@ def test_decoupled_model_with_cache_is_refused(server: ServerProcess) -> None:
 
 @pytest.mark.reference
 @pytest.mark.skipif(not reference_available(), reason="reference Triton is not installed")
-def test_statistics_match_triton(tmp_path: Path) -> None:
-    (tmp_path / "ref").mkdir()
-    (tmp_path / "ours").mkdir()
-    ref_repo = _repo(tmp_path / "ref", ["cache_double"])
-    ours_repo = _repo(tmp_path / "ours", ["cache_double"])
+def test_statistics_match_triton(serving: Serving) -> None:
+    ref_repo, ours_repo = serving.repo(["cache_double"]), serving.repo(["cache_double"])
     caches = reference_home() / "wheel" / "pytriton" / "tritonserver" / "caches"
     ref = start_reference(ref_repo, "--cache-config", "local,size=1048576",
                           "--cache-directory", str(caches))  # fmt: skip
@@ -232,12 +238,8 @@ def test_statistics_match_triton(tmp_path: Path) -> None:
         h.close()
     finally:
         ref.stop()
-    srv = start_server(ours_repo, "--cache-config", "local,size=1048576", "--allow-metrics=false",
-                       timeout=120, expect=("http", "grpc"))  # fmt: skip
-    try:
+    with serving.server(ours_repo, *CACHE, endpoints=("http", "grpc")) as srv:
         h = httpclient.InferenceServerClient(srv.http_url)
         ours = _run_sequence(h, httpclient, 4)
         h.close()
-    finally:
-        srv.stop()
     assert ours == theirs == EXPECTED[:4]

@@ -7,7 +7,7 @@ import base64
 import os
 import queue
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,11 @@ from modelyard.errors import ErrorCode, ModelyardError
 from modelyard.serving import shm_regions as core_shm
 from modelyard.serving.shm_regions import SharedMemoryManager, shm_path
 from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from tests.conftest import Serving
+from tests.helpers import client_for
 from tests.reference import reference_available, start_reference
-from tests.serverproc import ServerProcess, start_server
+from tests.serverproc import ServerProcess
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
 MODEL = "shm_identity"
 pytestmark = pytest.mark.timeout(120)
 
@@ -79,7 +80,11 @@ def test_symlinks_and_non_files_are_not_opened(
 
 def test_disabled_manager_refuses_registration() -> None:
     manager = SharedMemoryManager(enabled=False)
-    for call in (lambda: manager.register("r", "/k", 0, 8), lambda: manager.unregister("r")):
+    calls: list[Callable[[], object]] = [
+        lambda: manager.register("r", "/k", 0, 8),
+        lambda: manager.unregister("r"),
+    ]
+    for call in calls:
         with pytest.raises(ModelyardError) as e:
             call()
         assert e.value.code == ErrorCode.UNSUPPORTED
@@ -158,12 +163,9 @@ def test_region_checks_use_tritons_texts(region: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("shm_repo")
-    (repo / MODEL).symlink_to(MODELS / MODEL)
-    srv = start_server(repo, "--allow-metrics=false", timeout=120, expect=("http", "grpc"))
-    yield srv
-    srv.stop()
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(models=[MODEL], endpoints=("http", "grpc")) as srv:
+        yield srv
 
 
 @pytest.fixture
@@ -174,12 +176,6 @@ def regions() -> Iterator[tuple[str, Any, str, Any]]:
     yield in_key, ih, out_key, oh
     shm.destroy_shared_memory_region(ih)
     shm.destroy_shared_memory_region(oh)
-
-
-def _client(server: ServerProcess, protocol: str) -> Any:
-    if protocol == "http":
-        return httpclient.InferenceServerClient(server.http_url)
-    return grpcclient.InferenceServerClient(server.grpc_url)
 
 
 def _infer(client: Any, mod: Any, **kw: Any) -> Any:
@@ -197,7 +193,7 @@ def test_inputs_and_outputs_in_shared_memory(
 ) -> None:
     in_key, ih, out_key, oh = regions
     mod = httpclient if protocol == "http" else grpcclient
-    client = _client(server, protocol)
+    client = client_for(server, protocol)
     try:
         assert "system_shared_memory" in (
             client.get_server_metadata()["extensions"]
@@ -246,7 +242,7 @@ def test_bad_regions_are_rejected_and_the_server_keeps_serving(
 ) -> None:
     in_key, ih, out_key, oh = regions
     mod = httpclient if protocol == "http" else grpcclient
-    client = _client(server, protocol)
+    client = client_for(server, protocol)
     http = protocol == "http"
     codes = {
         "400": ("400", "StatusCode.INVALID_ARGUMENT"),
@@ -340,21 +336,20 @@ def test_bad_regions_are_rejected_and_the_server_keeps_serving(
         client.close()
 
 
-def test_allow_client_shm_false(tmp_path: Path, regions: Any) -> None:
+def test_allow_client_shm_false(serving: Serving, regions: Any) -> None:
     in_key = regions[0]
-    (tmp_path / MODEL).symlink_to(MODELS / MODEL)
-    srv = start_server(tmp_path, "--allow-client-shm=false", "--allow-metrics=false",
-                       timeout=120, expect=("http", "grpc"))  # fmt: skip
-    try:
+    with serving.server(None, "--allow-client-shm=false", models=[MODEL],
+                        endpoints=("http", "grpc")) as srv:  # fmt: skip
         h = httpclient.InferenceServerClient(srv.http_url)
         g = grpcclient.InferenceServerClient(srv.grpc_url)
         assert "system_shared_memory" not in h.get_server_metadata()["extensions"]
         text = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
-        for call, status in (
+        calls: list[tuple[Callable[[], object], str]] = [
             (lambda: h.register_system_shared_memory("in", in_key, 64), "501"),
             (lambda: g.register_system_shared_memory("in", in_key, 64), "StatusCode.UNIMPLEMENTED"),
             (lambda: h.unregister_system_shared_memory(), "501"),
-        ):
+        ]
+        for call, status in calls:
             with pytest.raises(InferenceServerException) as e:
                 call()
             assert (str(e.value.status()), e.value.message()) == (status, text)
@@ -363,8 +358,6 @@ def test_allow_client_shm_false(tmp_path: Path, regions: Any) -> None:
             _infer(h, httpclient)
         h.close()
         g.close()
-    finally:
-        srv.stop()
 
 
 # -- differential -------------------------------------------------------------------------------
@@ -423,9 +416,8 @@ def _observe_one(
 
 @pytest.mark.reference
 @pytest.mark.skipif(not reference_available(), reason="reference Triton is not installed")
-def test_differential_against_triton(server: ServerProcess, regions: Any, tmp_path: Path) -> None:
-    (tmp_path / MODEL).symlink_to(MODELS / MODEL)
-    ref = start_reference(tmp_path)
+def test_differential_against_triton(server: ServerProcess, regions: Any, serving: Serving) -> None:
+    ref = start_reference(serving.repo([MODEL]))
     try:
         theirs = _observe(ref.http_url, ref.grpc_url, *regions)
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,10 +17,10 @@ from tritonclient.utils import InferenceServerException
 from modelyard.config.pbtxt import parse_config_text
 from modelyard.core.warmup import _sample_inputs
 from modelyard.errors import InvalidArgument
+from tests.conftest import Serving
+from tests.helpers import http_input, wait_until
 from tests.reference import reference_available, start_reference
-from tests.serverproc import ServerProcess, start_server
-
-MODELS = Path(__file__).resolve().parents[1] / "models"
+from tests.serverproc import ServerProcess
 
 
 @pytest.fixture(scope="module")
@@ -30,14 +29,11 @@ def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, probe_dir: Path) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("warmup_repo")
-    for name in ("warmup_probe", "warmup_fail", "onnx_add_sub"):
-        (root / name).symlink_to(MODELS / name)
-    srv = start_server(root, "--model-control-mode", "explicit",
-                       env={"WARMUP_PROBE_DIR": str(probe_dir)})  # fmt: skip
-    yield srv
-    srv.stop()
+def server(serving: Serving, probe_dir: Path) -> Iterator[ServerProcess]:
+    with serving.server(None, "--model-control-mode", "explicit",
+                        models=["warmup_probe", "warmup_fail", "onnx_add_sub"],
+                        env={"WARMUP_PROBE_DIR": str(probe_dir)}) as srv:  # fmt: skip
+        yield srv
 
 
 def test_model_is_not_ready_until_warmup_finished(server: ServerProcess, probe_dir: Path) -> None:
@@ -54,20 +50,19 @@ def test_model_is_not_ready_until_warmup_finished(server: ServerProcess, probe_d
 
     loader = threading.Thread(target=load)
     loader.start()
-    deadline = time.monotonic() + 30
-    while not (probe_dir / "warming").exists():  # the first warmup batch is running
-        assert time.monotonic() < deadline, "warmup never started"
-        time.sleep(0.02)
-    assert not client.is_model_ready("warmup_probe")
-    index = {m["name"]: m for m in client.get_model_repository_index()}
-    assert index["warmup_probe"]["state"] == "LOADING"
+    try:
+        # The first warmup batch runs, and waits for "release".
+        wait_until((probe_dir / "warming").exists, what="the warmup to start")
+        assert not client.is_model_ready("warmup_probe")
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        assert index["warmup_probe"]["state"] == "LOADING"
+    finally:
+        (probe_dir / "release").touch()
     loader.join(30)
     assert not loader.is_alive() and not errors
     assert client.is_model_ready("warmup_probe")
 
-    x = httpclient.InferInput("X", [1, 3], "FP32")
-    x.set_data_from_numpy(np.ones((1, 3), np.float32))
-    res = client.infer("warmup_probe", [x])
+    res = client.infer("warmup_probe", [http_input("X", np.ones((1, 3), np.float32))])
     # 'zeros': 3 runs of a batch of 2 requests; 'from_file': 1 request; 'skipped': batch 0.
     assert res.as_numpy("SEEN")[0, 0] == 7
     batches = json.loads(res.as_numpy("LOG")[0, 0])
@@ -148,41 +143,32 @@ TRITON_INDEX = [{"name": "warmup_fail", "version": "1", "state": "UNAVAILABLE",
                  "reason": "Invalid argument: failed to run warmup sample 'boom': warmup refused; "}]  # fmt: skip
 
 
-def test_failing_warmup_renders_as_triton(tmp_path: Path) -> None:
-    (tmp_path / "warmup_fail").symlink_to(MODELS / "warmup_fail")
-    srv = start_server(tmp_path, "--model-control-mode", "explicit")
-    try:
+def test_failing_warmup_renders_as_triton(serving: Serving) -> None:
+    with serving.server(None, "--model-control-mode", "explicit", models=["warmup_fail"]) as srv:
         client = httpclient.InferenceServerClient(srv.http_url, network_timeout=60)
         with pytest.raises(InferenceServerException) as exc:
             client.load_model("warmup_fail")
         assert (exc.value.message(), client.get_model_repository_index()) == (
             TRITON_LOAD_ERROR, TRITON_INDEX)  # fmt: skip
-    finally:
-        srv.stop()
 
 
 @pytest.mark.reference
 @pytest.mark.skipif(not reference_available(), reason="reference Triton is not installed")
-def test_warmup_requests_match_reference(tmp_path: Path) -> None:
+def test_warmup_requests_match_reference(serving: Serving) -> None:
     """The model sees the same warmup requests under both servers, and the config JSON
     (model_warmup included) is the same."""
-    (tmp_path / "warmup_probe").symlink_to(MODELS / "warmup_probe")
+    repo = serving.repo(["warmup_probe"])
 
     def observe(url: str) -> tuple[object, object, object]:
         client = httpclient.InferenceServerClient(url, network_timeout=60)
-        x = httpclient.InferInput("X", [1, 3], "FP32")
-        x.set_data_from_numpy(np.ones((1, 3), np.float32))
-        res = client.infer("warmup_probe", [x])
+        res = client.infer("warmup_probe", [http_input("X", np.ones((1, 3), np.float32))])
         config = client.get_model_config("warmup_probe")
         return res.as_numpy("SEEN").tolist(), res.as_numpy("LOG").tolist(), config
 
-    ref = start_reference(tmp_path)
+    ref = start_reference(repo)
     try:
         expected = observe(ref.http_url)
     finally:
         ref.stop()
-    mine = start_server(tmp_path)
-    try:
+    with serving.server(repo) as mine:
         assert observe(mine.http_url) == expected
-    finally:
-        mine.stop()

@@ -23,7 +23,6 @@ import json
 import re
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -42,11 +41,11 @@ from modelyard.frontends.http import compression
 from modelyard.frontends.http import infer_body as codec
 from modelyard.frontends.http.errors import http_status
 from modelyard.types import InferResponse, Tensor, numpy_dtype
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
 BOUND_S = 30.0
 
 # Triton's own 5xx answers: (status, pattern of the message).
@@ -378,16 +377,13 @@ def test_grpc_request_decoding(data: bytes) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("fuzz_repo")
-    (repo / "http_gate").symlink_to(MODELS / "http_gate")
-    srv = start_server(
-        repo, "--model-control-mode=explicit", "--load-model=http_gate", "--allow-metrics=false",
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(
+        None, "--model-control-mode=explicit", "--load-model=http_gate",
         "--http-read-timeout=1", "--http-idle-timeout=1", "--http-max-header-size=8192",
-        "--http-max-body-size=200000", timeout=120, expect=("http", "grpc"),
-    )  # fmt: skip
-    yield srv
-    srv.stop()
+        "--http-max-body-size=200000", models=["http_gate"], endpoints=("http", "grpc"),
+    ) as srv:  # fmt: skip
+        yield srv
 
 
 PATHS = [

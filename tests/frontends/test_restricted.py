@@ -27,11 +27,11 @@ from modelyard.frontends.restricted import (
     RestrictionError,
     parse_restrictions,
 )
-from tests.serverproc import ServerProcess, refused_start, start_server
+from tests.conftest import Serving
+from tests.serverproc import ServerProcess, refused_start
 
 pytestmark = pytest.mark.timeout(180)
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
 TIMEOUT = 30.0
 
 # Every HTTP endpoint, by the group Triton's handler checks (http_server.cc).
@@ -142,17 +142,14 @@ def test_start_up_errors(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("restricted_repo")
-    (repo / "http_gate").symlink_to(MODELS / "http_gate")
-    srv = start_server(
-        repo, "--model-control-mode=explicit", "--load-model=http_gate", "--allow-metrics=false",
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(
+        None, "--model-control-mode=explicit", "--load-model=http_gate",
         *restrict_each_group("http-restricted-api"),
         *restrict_each_group("grpc-restricted-protocol"),
-        timeout=120, expect=("http", "grpc"),
-    )  # fmt: skip
-    yield srv
-    srv.stop()
+        models=["http_gate"], endpoints=("http", "grpc"),
+    ) as srv:  # fmt: skip
+        yield srv
 
 
 def http_call(

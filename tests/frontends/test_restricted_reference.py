@@ -6,7 +6,6 @@ header, and the start-up errors for bad flag values. Skipped without the referen
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +16,10 @@ import pytest
 
 from modelyard.frontends.grpc.access import METHOD_GROUPS
 from modelyard.frontends.restricted import GROUPS
+from tests.conftest import Serving
 from tests.frontends.test_restricted import (
     BAD_VALUES,
     HTTP_ENDPOINTS,
-    MODELS,
     _metadata,
     grpc_unary,
     header,
@@ -28,7 +27,7 @@ from tests.frontends.test_restricted import (
     restrict_each_group,
 )
 from tests.reference import reference_available, reference_script, start_reference
-from tests.serverproc import refused_start, start_server
+from tests.serverproc import refused_start
 
 pytestmark = [
     pytest.mark.reference,
@@ -59,21 +58,16 @@ def _observe(http_url: str, grpc_url: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def observations(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
-    repo = tmp_path_factory.mktemp("restricted_reference_repo")
-    shutil.copytree(MODELS / "http_gate", repo / "http_gate",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+def observations(serving: Serving) -> Iterator[tuple[Any, Any]]:
+    repo = serving.repo(["http_gate"], copy=True)
     args = ("--model-control-mode=explicit", "--load-model=http_gate", *FLAGS)
     ref = start_reference(repo, *args, timeout=120, ready_headers={header("health"): "open-health"})
     try:
         theirs = _observe(ref.http_url, ref.grpc_url)
     finally:
         ref.stop()
-    mine = start_server(repo, *args, "--allow-metrics=false", timeout=120, expect=("http", "grpc"))
-    try:
+    with serving.server(repo, *args, endpoints=("http", "grpc")) as mine:
         ours = _observe(mine.http_url, mine.grpc_url)
-    finally:
-        mine.stop()
     yield theirs, ours
 
 

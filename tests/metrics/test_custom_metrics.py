@@ -4,8 +4,6 @@ lines for this model)."""
 
 from __future__ import annotations
 
-import http.client
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,53 +15,36 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from modelyard.metrics.custom import merge, render
+from tests.conftest import Serving
+from tests.helpers import MODES, grpc_input, http_input, read_metrics, wait_until
 from tests.reference import reference_available, start_reference
-from tests.serverproc import ServerProcess, start_server
+from tests.serverproc import ServerProcess
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
 LABELS = '{kind="test",model="metrics_custom"}'
 
 
-@pytest.fixture(scope="module", params=["process", "in-process"])
-def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("metrics") / "repo"
-    repo.mkdir()
-    (repo / "metrics_custom").symlink_to(MODELS / "metrics_custom")
-    args = (
-        ["--backend-config", "python,execution-mode=in-process"]
-        if request.param == "in-process"
-        else []
-    )
-    srv = start_server(repo, *args)
-    try:
+@pytest.fixture(scope="module", params=MODES)
+def server(request: pytest.FixtureRequest, serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(models=["metrics_custom"], mode=request.param) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _infer(url: str, value: float, **params: str) -> np.ndarray:
     client = httpclient.InferenceServerClient(url, network_timeout=30)
-    x = httpclient.InferInput("IN", [1], "FP32")
-    x.set_data_from_numpy(np.array([value], np.float32))
+    x = http_input("IN", np.array([value], np.float32))
     out: np.ndarray = client.infer("metrics_custom", [x], parameters=params or None).as_numpy("OUT")
     return out
 
 
 def _infer_grpc(url: str, value: float) -> np.ndarray:
     with grpcclient.InferenceServerClient(url) as client:
-        x = grpcclient.InferInput("IN", [1], "FP32")
-        x.set_data_from_numpy(np.array([value], np.float32))
+        x = grpc_input("IN", np.array([value], np.float32))
         out: np.ndarray = client.infer("metrics_custom", [x], client_timeout=30).as_numpy("OUT")
     return out
 
 
 def _scrape(url: str) -> list[str]:
-    host, port = url.rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request("GET", "/metrics")
-    return [line for line in conn.getresponse().read().decode().splitlines() if "custom_" in line]
+    return [line for line in read_metrics(url).splitlines() if "custom_" in line]
 
 
 def test_model_metrics_reach_the_endpoint(server: ServerProcess) -> None:
@@ -87,19 +68,23 @@ def test_model_metrics_reach_the_endpoint(server: ServerProcess) -> None:
     assert before == [] or "custom_requests" in before[0]
 
 
-def test_a_busy_worker_still_answers_a_scrape(server: ServerProcess) -> None:
-    """The instance running a long execute reports the metrics it has updated so far."""
+def test_a_busy_worker_still_answers_a_scrape(server: ServerProcess, tmp_path: Path) -> None:
+    """The instance running a long execute (held until the test opens its gate) reports the
+    metrics it has updated so far."""
     before = [*_scrape(server.metrics_url), f"custom_requests{LABELS} 0"]
     count = int(next(line for line in before if line.startswith("custom_requests{")).split()[-1])
+    gate = tmp_path / "gate"
     with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(_infer, server.http_url, 1.0, sleep_s="2.5")
-        deadline = time.monotonic() + 2.0
-        lines: list[str] = []
-        while time.monotonic() < deadline and f"custom_requests{LABELS} {count + 1}" not in lines:
-            time.sleep(0.2)
-            lines = _scrape(server.metrics_url)
-        assert not running.done()  # read while the model was still sleeping in execute
-        assert f"custom_requests{LABELS} {count + 1}" in lines
+        running = pool.submit(_infer, server.http_url, 1.0, gate=str(gate))
+        try:
+            wait_until(
+                lambda: f"custom_requests{LABELS} {count + 1}" in _scrape(server.metrics_url),
+                interval=0.2,
+                what="the running request's count in a scrape",
+            )
+            assert not running.done()  # read while the model was still in execute
+        finally:
+            gate.touch()
         running.result(timeout=30)
 
 
@@ -154,27 +139,19 @@ def _normalized(lines: list[str]) -> list[str]:
 
 @pytest.mark.reference
 @pytest.mark.skipif(not reference_available(), reason="reference Triton is not installed")
-def test_exposition_matches_the_reference(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "metrics_custom").symlink_to(MODELS / "metrics_custom")
+def test_exposition_matches_the_reference(serving: Serving) -> None:
+    repo = serving.repo(["metrics_custom"])
 
     def observe(http_url: str, metrics_url: str) -> list[str]:
         for v in (0.5, 2.0, 7.0):
             _infer(http_url, v)
-        host, port = metrics_url.rsplit(":", 1)
-        conn = http.client.HTTPConnection(host, int(port), timeout=10)
-        conn.request("GET", "/metrics")
-        return _normalized(conn.getresponse().read().decode().splitlines())
+        return _normalized(read_metrics(metrics_url).splitlines())
 
     ref = start_reference(repo)
     try:
         expected = observe(ref.http_url, ref.metrics_url)
     finally:
         ref.stop()
-    mine = start_server(repo)
-    try:
+    with serving.server(repo) as mine:
         got = observe(mine.http_url, mine.metrics_url)
-    finally:
-        mine.stop()
     assert got == expected

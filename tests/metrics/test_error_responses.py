@@ -4,7 +4,6 @@ modes (Triton 2.51 counts it as a success). Statistics keep Triton's JSON shape.
 
 from __future__ import annotations
 
-import http.client
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +14,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.backends.python.test_bls import MODES, TIMEOUT_S, make_repo, start_in_mode
+from tests.backends.python.test_bls import TIMEOUT_S
+from tests.conftest import Serving
+from tests.helpers import MODES, grpc_input, http_input, read_metrics
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(90)
@@ -44,16 +45,10 @@ INFERENCE_STATS_KEYS = [
 
 
 @pytest.fixture(scope="module", params=MODES)
-def served(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    repo = make_repo(
-        tmp_path_factory.mktemp("fail_repo"),
-        ["py_per_request_error", "py_identity", "grpc_decoupled"],
-    )
-    server = start_in_mode(repo, request.param)
-    yield server
-    server.stop()
+def served(request: pytest.FixtureRequest, serving: Serving) -> Iterator[ServerProcess]:
+    models = ["py_per_request_error", "py_identity", "grpc_decoupled"]
+    with serving.server(models=models, mode=request.param) as server:
+        yield server
 
 
 def _stats(server: ServerProcess, model: str) -> dict[str, Any]:
@@ -63,10 +58,7 @@ def _stats(server: ServerProcess, model: str) -> dict[str, Any]:
 
 
 def _metric(server: ServerProcess, name: str, model: str, reason: str = "") -> int:
-    host, port = server.metrics_url.rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT_S)
-    conn.request("GET", "/metrics")
-    body = conn.getresponse().read().decode()
+    body = read_metrics(server.metrics_url, TIMEOUT_S)
     labels = (
         f'model="{model}",reason="{reason}",version="1"'
         if reason
@@ -91,13 +83,11 @@ def _counts(server: ServerProcess, model: str) -> tuple[int, int, int, int]:
 def test_error_responses_count_as_backend_failures(served: ServerProcess) -> None:
     before = _counts(served, "py_per_request_error")
     http = httpclient.InferenceServerClient(served.http_url)
-    x = httpclient.InferInput("IN", [1], "FP32")
-    x.set_data_from_numpy(np.ones(1, np.float32))
+    x = http_input("IN", np.ones(1, np.float32))
     with pytest.raises(InferenceServerException, match="bad value"):
         http.infer("py_per_request_error", [x])
     with grpcclient.InferenceServerClient(served.grpc_url) as grpc:
-        g = grpcclient.InferInput("IN", [1], "FP32")
-        g.set_data_from_numpy(np.ones(1, np.float32))
+        g = grpc_input("IN", np.ones(1, np.float32))
         with pytest.raises(InferenceServerException, match="bad value"):
             grpc.infer("py_per_request_error", [g], client_timeout=TIMEOUT_S)
     success, fail, inferences, backend = _counts(served, "py_per_request_error")
@@ -116,9 +106,7 @@ def test_a_decoupled_error_response_fails_its_request(served: ServerProcess) -> 
     with grpcclient.InferenceServerClient(served.grpc_url) as grpc:
         grpc.start_stream(callback=lambda result, error: received.append(error or result))
         for n in (2, -1):
-            t = grpcclient.InferInput("IN", [1], "INT32")
-            t.set_data_from_numpy(np.array([n], np.int32))
-            grpc.async_stream_infer("grpc_decoupled", [t])
+            grpc.async_stream_infer("grpc_decoupled", [grpc_input("IN", np.array([n], np.int32))])
         grpc.stop_stream()  # waits for every response
     assert sum(isinstance(r, InferenceServerException) for r in received) == 1
     after = _counts(served, "grpc_decoupled")

@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,16 @@ from modelyard.backends.instance import Instance
 from modelyard.scheduling.default import DefaultScheduler
 from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, Tensor
-from tests.serverproc import ServerProcess, start_server
-
-MODELS = Path(__file__).parent.parent / "models"
+from tests.conftest import Serving
+from tests.helpers import (
+    MODELS,
+    grpc_input,
+    metric_value,
+    read_metrics,
+    settle,
+    wait_until_async,
+)
+from tests.serverproc import ServerProcess
 
 
 class CountingInstance(Instance):
@@ -98,7 +106,7 @@ async def test_requests_go_to_healthy_instances_and_wait_for_one() -> None:
 def _ctx(rid: str, caller: str = "") -> tuple[RequestContext, asyncio.Future[InferResponse]]:
     fut: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
     req = InferRequest("m", [Tensor("IN", "FP32", (1,), np.zeros(1, np.float32))], id=rid)
-    ctx = RequestContext(req, None, lambda r: fut.done() or fut.set_result(r), caller=caller)
+    ctx = RequestContext(req, None, settle(fut), caller=caller)
     return ctx, fut
 
 
@@ -150,46 +158,69 @@ async def test_nothing_is_staged_behind_a_bls_call() -> None:
 # -- through the server -------------------------------------------------------------------------
 
 
+WORK_S = 1.0  # what a held request still works once its gate opens
+DEADLINE_S = 2.0  # a client deadline: long enough for the request to reach the server
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("staging")
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    repo = serving.repo()
     shutil.copytree(MODELS / "stage_probe", repo / "stage_probe")
     off = repo / "stage_probe_off"
     shutil.copytree(MODELS / "stage_probe", off)
     config = (off / "config.pbtxt").read_text().replace('"stage_probe"', '"stage_probe_off"')
     config += 'parameters { key: "MODELYARD_PIPELINE" value { string_value: "false" } }\n'
     (off / "config.pbtxt").write_text(config)
-    srv = start_server(repo, "--allow-metrics=false", "--allow-http=false",
-                       timeout=120, expect=("grpc",))  # fmt: skip
-    yield srv
-    srv.stop()
+    with serving.server(repo, endpoints=("grpc", "metrics")) as srv:
+        yield srv
 
 
-def _input(value: float) -> list[grpcaio.InferInput]:
-    inp = grpcaio.InferInput("IN", [1], "FP32")
-    inp.set_data_from_numpy(np.array([value], dtype=np.float32))
-    return [inp]
-
-
-async def _infer(client: Any, model: str, rid: str, sleep_ms: int,
-                 timeout: float | None = None, crash: bool = False) -> dict[str, Any]:  # fmt: skip
+async def _infer(client: Any, model: str, rid: str, sleep_ms: int, timeout: float | None = None,
+                 crash: bool = False, gate: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """One request to ``model``; with ``gate`` it creates ``<gate>.started`` when it starts and
+    waits until the gate file exists."""
     params: dict[str, Any] = {"sleep_ms": sleep_ms}
     if crash:
         params["crash"] = True
-    result = await client.infer(model, _input(1.0), request_id=rid, client_timeout=timeout,
-                                parameters=params)  # fmt: skip
+    if gate is not None:
+        params.update(started=f"{gate}.started", gate=str(gate))
+    result = await client.infer(model, [grpc_input("IN", np.array([1.0], np.float32))],
+                                request_id=rid, client_timeout=timeout, parameters=params)  # fmt: skip
     echo: dict[str, Any] = json.loads(result.as_numpy("ECHO")[0])
     return echo
 
 
+async def _started(gate: Path) -> None:
+    started = Path(f"{gate}.started")
+    await wait_until_async(started.exists, what="the gated request to run")
+
+
+def _pending(server: ServerProcess, model: str) -> float | None:
+    """Requests waiting in the server's queue for ``model`` (not those staged in the worker)."""
+    text = read_metrics(server.metrics_url)
+    return metric_value(text, "nv_inference_pending_request_count", model=model)
+
+
 async def test_staged_requests_are_timed_as_queued_not_as_computing(
-    server: ServerProcess,
+    server: ServerProcess, tmp_path: Path
 ) -> None:
-    """Six 100 ms requests on one instance: compute time counts only the model's own work;
-    the time a staged request waits in the worker is queue time."""
+    """Six requests on one instance: compute time counts only the model's own work; the time a
+    staged request waits in the worker is queue time. The first request holds the instance
+    until the other five have arrived (four wait in the server, one is staged in the worker);
+    once let go it works WORK_S more, which its staged follower waits on."""
+    gate = tmp_path / "gate"
     async with grpcaio.InferenceServerClient(server.grpc_url) as client:
-        echoes = await asyncio.gather(*(_infer(client, "stage_probe", f"s{i}", 100)
-                                        for i in range(6)))  # fmt: skip
+        first = asyncio.ensure_future(
+            _infer(client, "stage_probe", "s0", int(WORK_S * 1000), gate=gate)
+        )
+        await _started(gate)
+        rest = [asyncio.ensure_future(_infer(client, "stage_probe", f"s{i}", 100))
+                for i in range(1, 6)]  # fmt: skip
+        await wait_until_async(lambda: _pending(server, "stage_probe") == 4,
+                               what="four requests queued, one staged")  # fmt: skip
+        opened = time.monotonic()
+        gate.touch()
+        echoes = await asyncio.wait_for(asyncio.gather(first, *rest), 60)
         stats = await client.get_inference_statistics("stage_probe", as_json=True)
     spans = sorted((e["start"], e["end"]) for e in echoes)
     assert all(b[0] >= a[1] for a, b in itertools.pairwise(spans))  # one at a time
@@ -198,36 +229,47 @@ async def test_staged_requests_are_timed_as_queued_not_as_computing(
     infer = s["inference_stats"]
     compute_s = int(infer["compute_infer"]["ns"]) / 1e9
     queue_s = int(infer["queue"]["ns"]) / 1e9
-    # Model work is 6 x 0.1 s; counting staged waits as compute would make it about 1.1 s.
-    assert 0.55 < compute_s < 0.9, compute_s
-    # Request k waits about k x 0.1 s before it starts: 1.5 s in all.
-    assert queue_s > 1.0, queue_s
+    # The model's own work, measured inside execute (the first request's includes its gate).
+    work_s = sum(end - start for start, end in spans)
+    # Compute covers the model's work; counting the staged request's wait in the worker as
+    # compute would add at least WORK_S (it was staged before the gate opened).
+    assert work_s - 0.01 <= compute_s < work_s + WORK_S / 2, (compute_s, work_s)
+    # The five others arrived before the gate opened: each waited at least from then until
+    # it started, the staged one included (WORK_S of it in the worker).
+    waited_s = sum(start - opened for start, _ in spans[1:])
+    assert queue_s > waited_s - WORK_S / 2, (queue_s, waited_s)
 
 
 @pytest.mark.parametrize(("model", "reaches_model"),
                          [("stage_probe", True), ("stage_probe_off", False)])  # fmt: skip
 async def test_a_cancelled_staged_request_ends_at_once(
-    server: ServerProcess, model: str, reaches_model: bool
+    server: ServerProcess, model: str, reaches_model: bool, tmp_path: Path
 ) -> None:
     """The request behind the running one is cancelled by its deadline: the server ends it at
     once (its failure is counted while the first one still runs), not when the instance frees
     up. Staged (the default), the model is still handed it, already cancelled, as with any
     cancelled request; with MODELYARD_PIPELINE false it waited in the server and never reaches
-    the model."""
+    the model. The first request runs until the test opens its gate."""
+    gate = tmp_path / "gate"
     async with grpcaio.InferenceServerClient(server.grpc_url) as client:
         before = await _failures(client, model)
-        first = asyncio.ensure_future(_infer(client, model, f"{model}-first", 1500))
-        await asyncio.sleep(0.2)  # running now
-        with pytest.raises(InferenceServerException) as err:
-            await _infer(client, model, f"{model}-late", 0, timeout=0.3)
-        assert "Deadline" in str(err.value) or "DEADLINE" in str(err.value)
-        deadline = asyncio.get_running_loop().time() + 0.6
-        while await _failures(client, model) == before:
-            assert asyncio.get_running_loop().time() < deadline, "not ended while queued"
-            await asyncio.sleep(0.02)
-        assert not first.done()  # ended while the first one still ran
-        await asyncio.wait_for(first, 10)
-        after = await asyncio.wait_for(_infer(client, model, f"{model}-after", 0), 10)
+        first = asyncio.ensure_future(_infer(client, model, f"{model}-first", 0, gate=gate))
+        try:
+            await _started(gate)
+            with pytest.raises(InferenceServerException) as err:
+                await _infer(client, model, f"{model}-late", 0, timeout=DEADLINE_S)
+            assert "Deadline" in str(err.value) or "DEADLINE" in str(err.value)
+
+            async def counted() -> bool:
+                return await _failures(client, model) > before
+
+            await wait_until_async(counted, what="the late request's failure to be counted")
+            assert await _failures(client, model) == before + 1
+            assert not first.done()  # ended while the first one still ran
+        finally:
+            gate.touch()
+        await asyncio.wait_for(first, 30)
+        after = await asyncio.wait_for(_infer(client, model, f"{model}-after", 0), 30)
     assert (f"{model}-late" in after["cancelled"]) is reaches_model
 
 
@@ -237,23 +279,30 @@ async def _failures(client: Any, model: str) -> int:
 
 
 async def test_a_worker_that_dies_fails_its_running_and_staged_requests_only(
-    server: ServerProcess,
+    server: ServerProcess, tmp_path: Path
 ) -> None:
     """The running request kills the worker: it and the request staged behind it fail; the
-    one still queued in the server runs on the restarted worker."""
+    one still queued in the server runs on the restarted worker. The running one waits at its
+    gate until the other two have arrived (which of them is staged is whichever came first)."""
+    gate = tmp_path / "gate"
     async with grpcaio.InferenceServerClient(server.grpc_url) as client:
         model = "stage_probe"
-        running = asyncio.ensure_future(_infer(client, model, "dies", 300, crash=True))
-        await asyncio.sleep(0.1)
-        staged = asyncio.ensure_future(_infer(client, model, "staged", 0))
-        await asyncio.sleep(0.05)
-        queued = asyncio.ensure_future(_infer(client, model, "queued", 0))
+        running = asyncio.ensure_future(_infer(client, model, "dies", 0, crash=True, gate=gate))
+        try:
+            await _started(gate)
+            later = [asyncio.ensure_future(_infer(client, model, rid, 0)) for rid in ("a", "b")]
+            await wait_until_async(lambda: _pending(server, model) == 1,
+                                   what="one request staged, one queued")  # fmt: skip
+        finally:
+            gate.touch()
         results = await asyncio.wait_for(
-            asyncio.gather(running, staged, queued, return_exceptions=True), 60
+            asyncio.gather(running, *later, return_exceptions=True), 60
         )
-        for failed in results[:2]:
-            assert isinstance(failed, InferenceServerException), failed
-            assert "Stub process 'stage_probe_0_0' is not healthy." in str(failed), failed
-        assert isinstance(results[2], dict), results[2]
+        failed = [results[0], *(r for r in results[1:] if isinstance(r, BaseException))]
+        assert len(failed) == 2, results  # the running one and the staged one
+        for error in failed:
+            assert isinstance(error, InferenceServerException), error
+            assert "Stub process 'stage_probe_0_0' is not healthy." in str(error), error
+        assert sum(isinstance(r, dict) for r in results[1:]) == 1, results  # the queued one
         again = await asyncio.wait_for(_infer(client, model, "again", 0), 30)
         assert "start" in again

@@ -12,6 +12,7 @@ from modelyard.errors import Unavailable
 from modelyard.scheduling.dynamic import BatcherConfig, DynamicBatcher, QueuePolicy
 from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, Tensor
+from tests.helpers import settle
 
 
 class RecordingInstance(Instance):
@@ -39,7 +40,7 @@ def _ctx(rid: str, batch: int = 1, priority: int = 0, timeout_us: int = 0,
     fut: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
     t = Tensor("IN", "FP32", (batch, width), np.zeros((batch, width), np.float32))
     req = InferRequest("m", [t], id=rid, priority=priority, timeout_us=timeout_us)
-    return RequestContext(req, None, lambda r: fut.done() or fut.set_result(r)), fut
+    return RequestContext(req, None, settle(fut)), fut
 
 
 async def test_requests_queued_while_busy_form_one_batch() -> None:
@@ -68,7 +69,10 @@ async def test_max_batch_size_caps_batches() -> None:
 
 async def test_queue_delay_waits_for_a_preferred_size() -> None:
     inst = RecordingInstance("m_0", delay=0.0)
-    cfg = BatcherConfig(max_batch_size=8, preferred_batch_sizes=(4,), max_queue_delay_us=200_000)
+    # A delay far beyond the test's bound: the batch can only go out by reaching size 4.
+    cfg = BatcherConfig(
+        max_batch_size=8, preferred_batch_sizes=(4,), max_queue_delay_us=600_000_000
+    )
     b = DynamicBatcher("m", [inst], cfg)
     futs = []
     for i in range(4):
@@ -76,7 +80,7 @@ async def test_queue_delay_waits_for_a_preferred_size() -> None:
         b.submit(ctx)
         futs.append(fut)
         await asyncio.sleep(0.01)
-    await asyncio.wait_for(asyncio.gather(*futs), 5)
+    await asyncio.wait_for(asyncio.gather(*futs), 30)
     assert inst.batches == [["r0", "r1", "r2", "r3"]]  # one batch, sent when it reached 4
 
 

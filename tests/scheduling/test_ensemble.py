@@ -7,7 +7,6 @@ import asyncio
 import http.client
 import json
 import queue
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,11 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import Serving
+from tests.helpers import EXAMPLES, inputs, make_repo, wait_until
 from tests.reference import reference_available, start_reference
-from tests.serverproc import ServerProcess, start_server
+from tests.serverproc import ServerProcess
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "model_repository"
 ENSEMBLES = ["ens_batched", "ens_bls", "ens_diamond", "ens_nested", "ens_parallel", "ens_stream"]
 STEPS = ["ens_check", "ens_double", "ens_plus100", "ens_sleep"]
 A = np.array([1, 2, 3, 4], np.float32)
@@ -31,53 +30,36 @@ B = np.array([1, 1, 1, 1], np.float32)
 
 
 def _repo(root: Path, bad: bool = True) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    for name in [*ENSEMBLES, *STEPS, *(["ens_bad_step"] if bad else [])]:
-        (root / name).symlink_to(MODELS / name)
-    for name in ("add_sub", "bls_add_sub", "repeat"):
-        (root / name).symlink_to(EXAMPLES / name)
-    return root
+    make_repo(root, [*ENSEMBLES, *STEPS, *(["ens_bad_step"] if bad else [])])
+    return make_repo(root, ["add_sub", "bls_add_sub", "repeat"], EXAMPLES)
 
 
-def _ready(hostport: str, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    client = httpclient.InferenceServerClient(hostport)
-    while time.monotonic() < end:
-        try:
-            if client.is_server_live():
-                return
-        except Exception:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(hostport)
+def _live(hostport: str) -> bool:
+    try:
+        return bool(httpclient.InferenceServerClient(hostport).is_server_live())
+    except Exception:
+        return False
+
+
+def _ready(hostport: str) -> None:
+    wait_until(lambda: _live(hostport), 60, 0.1, what=f"{hostport} to be live")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = start_server(_repo(tmp_path_factory.mktemp("ens") / "repo"))
-    try:
+def server(serving: Serving, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    barrier = tmp_path_factory.mktemp("ens_sleep_barrier")
+    with serving.server(_repo(serving.repo()), env={"ENS_SLEEP_BARRIER": str(barrier)}) as srv:
         _ready(srv.http_url)
         yield srv
-    finally:
-        srv.stop()
-
-
-def _inputs(mod: Any, **arrays: np.ndarray) -> list[Any]:
-    out = []
-    for name, arr in arrays.items():
-        t = mod.InferInput(name, list(arr.shape), "FP32")
-        t.set_data_from_numpy(arr)
-        out.append(t)
-    return out
 
 
 def test_diamond_answers_over_http_and_grpc(server: ServerProcess) -> None:
     for mod, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
         client = mod.InferenceServerClient(url)
-        res = client.infer("ens_diamond", _inputs(mod, A=A, B=B))
+        res = client.infer("ens_diamond", inputs(mod, A=A, B=B))
         np.testing.assert_array_equal(res.as_numpy("SUM10"), (A + B) * 10)
         np.testing.assert_array_equal(res.as_numpy("DIFF10"), (A - B) * 10)
-        res = client.infer("ens_diamond", _inputs(mod, A=A, B=B),
+        res = client.infer("ens_diamond", inputs(mod, A=A, B=B),
                            outputs=[mod.InferRequestedOutput("DIFF10")])  # fmt: skip
         assert res.as_numpy("SUM10") is None
         np.testing.assert_array_equal(res.as_numpy("DIFF10"), (A - B) * 10)
@@ -85,15 +67,16 @@ def test_diamond_answers_over_http_and_grpc(server: ServerProcess) -> None:
 
 def test_independent_steps_run_at_the_same_time(server: ServerProcess) -> None:
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=30)
-    res = client.infer("ens_parallel", _inputs(httpclient, X=np.ones(1, np.float32)))
+    res = client.infer("ens_parallel", inputs(httpclient, X=np.ones(1, np.float32)))
     t1, t2 = res.as_numpy("T1"), res.as_numpy("T2")
-    # Each step sleeps 0.4 s: they overlap when both started before either ended.
+    # Each step waits until the other one has started too (10 s at most): they overlap when
+    # both started before either ended.
     assert t1[0] < t2[1] and t2[0] < t1[1], (t1, t2)
 
 
 def test_python_step_calling_bls(server: ServerProcess) -> None:
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    res = client.infer("ens_bls", _inputs(grpcclient, X=A, Y=B))
+    res = client.infer("ens_bls", inputs(grpcclient, X=A, Y=B))
     np.testing.assert_array_equal(res.as_numpy("Z"), (A + B) * 10)
 
 
@@ -101,7 +84,7 @@ def test_step_error_reaches_the_client(server: ServerProcess) -> None:
     neg = {"A": np.zeros(4, np.float32), "B": B}
     with pytest.raises(InferenceServerException) as e:
         httpclient.InferenceServerClient(server.http_url).infer(
-            "ens_diamond", _inputs(httpclient, **neg)
+            "ens_diamond", inputs(httpclient, **neg)
         )
     assert (e.value.status(), e.value.message()) == (
         "500",
@@ -109,7 +92,7 @@ def test_step_error_reaches_the_client(server: ServerProcess) -> None:
     )
     with pytest.raises(InferenceServerException) as e:
         grpcclient.InferenceServerClient(server.grpc_url).infer(
-            "ens_diamond", _inputs(grpcclient, **neg)
+            "ens_diamond", inputs(grpcclient, **neg)
         )
     assert e.value.status() == "StatusCode.INTERNAL"
     assert e.value.message() == "in ensemble 'ens_diamond', negative input"
@@ -122,8 +105,9 @@ async def test_batched_ensemble_under_concurrent_clients(server: ServerProcess) 
         batches = [np.full((n, 2), i, np.float32) for i, n in enumerate((1, 2, 3, 1, 2, 1, 3, 1))]
 
         async def one(x: np.ndarray) -> np.ndarray:
-            res = await client.infer("ens_batched", _inputs(grpcaio, X=x))
-            return res.as_numpy("Y")
+            res = await client.infer("ens_batched", inputs(grpcaio, X=x))
+            y: np.ndarray = res.as_numpy("Y")
+            return y
 
         results = await asyncio.wait_for(asyncio.gather(*(one(x) for x in batches)), 30)
         for x, y in zip(batches, results, strict=True):
@@ -150,7 +134,7 @@ def test_decoupled_step_streams_through_the_ensemble(server: ServerProcess) -> N
 def test_ensemble_as_a_step(server: ServerProcess) -> None:
     client = httpclient.InferenceServerClient(server.http_url)
     x = np.arange(4, dtype=np.float32).reshape(2, 2)
-    res = client.infer("ens_nested", _inputs(httpclient, X=x))
+    res = client.infer("ens_nested", inputs(httpclient, X=x))
     np.testing.assert_array_equal(res.as_numpy("Y"), x * 8)
 
 
@@ -162,11 +146,14 @@ def test_statistics_count_ensemble_and_step_requests(server: ServerProcess) -> N
         return s
 
     e0, c0 = stats("ens_diamond"), stats("ens_check")
-    client.infer("ens_diamond", _inputs(httpclient, A=A, B=B))
+    client.infer("ens_diamond", inputs(httpclient, A=A, B=B))
     with pytest.raises(InferenceServerException):
-        client.infer("ens_diamond", _inputs(httpclient, A=np.zeros(4, np.float32), B=B))
+        client.infer("ens_diamond", inputs(httpclient, A=np.zeros(4, np.float32), B=B))
     e1, c1 = stats("ens_diamond"), stats("ens_check")
-    count = lambda s, k: s["inference_stats"][k]["count"]  # noqa: E731
+
+    def count(stats: dict[str, Any], kind: str) -> int:
+        return int(stats["inference_stats"][kind]["count"])
+
     assert count(e1, "success") - count(e0, "success") == 1
     assert count(e1, "fail") - count(e0, "fail") in (1, 2)  # once or twice, as Triton 2.51
     assert e1["execution_count"] - e0["execution_count"] == 1
@@ -190,15 +177,14 @@ def test_metadata_config_and_bad_step(server: ServerProcess) -> None:
     assert index["ens_bad_step"] == {"name": "ens_bad_step"}  # as Triton lists it
 
 
-def test_explicit_mode_loads_the_step_models(tmp_path: Path) -> None:
-    srv = start_server(_repo(tmp_path / "repo"), "--model-control-mode", "explicit")
-    try:
+def test_explicit_mode_loads_the_step_models(tmp_path: Path, serving: Serving) -> None:
+    with serving.server(_repo(tmp_path / "repo"), "--model-control-mode", "explicit") as srv:
         _ready(srv.http_url)
         client = httpclient.InferenceServerClient(srv.http_url)
         assert not client.is_model_ready("add_sub")
         client.load_model("ens_diamond")
         assert all(client.is_model_ready(m) for m in ("ens_diamond", "add_sub", "ens_check"))
-        res = client.infer("ens_diamond", _inputs(httpclient, A=A, B=B))
+        res = client.infer("ens_diamond", inputs(httpclient, A=A, B=B))
         np.testing.assert_array_equal(res.as_numpy("SUM10"), (A + B) * 10)
         with pytest.raises(InferenceServerException) as e:  # Triton 2.51's answer
             client.load_model("ens_bad_step")
@@ -210,8 +196,6 @@ def test_explicit_mode_loads_the_step_models(tmp_path: Path) -> None:
             ),
         )
         assert client.is_model_ready("ens_double")
-    finally:
-        srv.stop()
 
 
 # ----------------------------------------------------------------- against the reference
@@ -232,7 +216,7 @@ def _observe(http_url: str, grpc_url: str) -> dict[str, Any]:
     for key, (model, arrays) in calls.items():
         for proto, client, mod in (("http", hc, httpclient), ("grpc", gc, grpcclient)):
             try:
-                res = client.infer(model, _inputs(mod, **arrays))
+                res = client.infer(model, inputs(mod, **arrays))
                 resp = res.get_response() if proto == "http" else res.get_response(as_json=True)
                 names = sorted(o["name"] for o in resp["outputs"])
                 out[f"{key}-{proto}"] = {
@@ -286,19 +270,16 @@ def _stream(grpc_url: str, count: int) -> list[Any]:
 
 @pytest.mark.reference
 @pytest.mark.skipif(not reference_available(), reason="reference Triton is not installed")
-def test_ensembles_match_the_reference(tmp_path: Path) -> None:
+def test_ensembles_match_the_reference(tmp_path: Path, serving: Serving) -> None:
     repo = _repo(tmp_path / "repo")
     ref = start_reference(repo, "--exit-on-error=false")
     try:
         expected = _observe(ref.http_url, ref.grpc_url)
     finally:
         ref.stop()
-    mine = start_server(repo)
-    try:
+    with serving.server(repo) as mine:
         _ready(mine.http_url)
         got = _observe(mine.http_url, mine.grpc_url)
-    finally:
-        mine.stop()
     expected["stats-ens_check"] = _error_responses_fail(expected["stats-ens_check"], 2)
     assert json.dumps(got, sort_keys=True, default=str) == json.dumps(
         expected, sort_keys=True, default=str
@@ -317,9 +298,7 @@ def _error_responses_fail(stats: Any, n: int) -> Any:
 
 
 def test_metrics_list_the_ensemble(server: ServerProcess) -> None:
-    httpclient.InferenceServerClient(server.http_url).infer(
-        "ens_bls", _inputs(httpclient, X=A, Y=B)
-    )
+    httpclient.InferenceServerClient(server.http_url).infer("ens_bls", inputs(httpclient, X=A, Y=B))
     host, port = server.metrics_url.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     conn.request("GET", "/metrics")

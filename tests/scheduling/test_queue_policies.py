@@ -4,7 +4,6 @@ is not counted; a request timed out in the queue is a failure with reason REJECT
 
 from __future__ import annotations
 
-import http.client
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,10 +16,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import Serving
+from tests.helpers import inputs, metric_value, read_metrics, wait_until
 from tests.reference import reference_available, start_reference
-from tests.serverproc import start_server
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
+QUEUE_TIMEOUT_S = 0.2  # beyond queue_slowt's queue timeout (100 ms)
 CALLS = [
     ("r1", "grpc"),
     ("", "grpc"),
@@ -29,33 +29,46 @@ CALLS = [
 ]  # gevent-based http: not in threads
 
 
-def _one(urls: dict[str, str], model: str, rid: str, proto: str) -> tuple[str, str, str]:
+def _one(
+    urls: dict[str, str], model: str, rid: str, proto: str, params: dict[str, str] | None = None
+) -> tuple[str, str, str]:
     mod: Any = grpcclient if proto == "grpc" else httpclient
     client = mod.InferenceServerClient(urls[proto])
-    x = mod.InferInput("IN", [1, 1], "FP32")
-    x.set_data_from_numpy(np.ones((1, 1), np.float32))
     try:
-        client.infer(model, [x], request_id=rid)
+        client.infer(model, inputs(mod, IN=np.ones((1, 1), np.float32)), request_id=rid,
+                     parameters=params)  # fmt: skip
         return rid, "ok", ""
     except InferenceServerException as e:
         return rid, str(e.status()), str(e.message())
 
 
-def _observe(urls: dict[str, str]) -> dict[str, Any]:
+def _pending(urls: dict[str, str], model: str) -> int:
+    text = read_metrics(urls["metrics"])
+    return int(metric_value(text, "nv_inference_pending_request_count", model=model) or 0)
+
+
+def _observe(urls: dict[str, str], gates: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for model in ("queue_slowq", "queue_slowt"):
+        started, gate = gates / f"{model}-started", gates / f"{model}-gate"
         with ThreadPoolExecutor(len(CALLS)) as pool:
-            # The first call starts executing (0.3 s) before the others arrive, so exactly one
-            # of them queues (or waits past the queue timeout), however slow the machine.
-            first = pool.submit(_one, urls, model, *CALLS[0])
-            time.sleep(0.15)
-            rest = [pool.submit(_one, urls, model, *c) for c in CALLS[1:]]
+            # The first call holds the one instance until the gate opens; the others arrive
+            # meanwhile: each one queues or is refused, however slow the machine.
+            first = pool.submit(_one, urls, model, *CALLS[0],
+                                {"started": str(started), "gate": str(gate)})  # fmt: skip
+            try:
+                wait_until(started.exists, what=f"the first call to run on {model}")
+                rest = [pool.submit(_one, urls, model, *c) for c in CALLS[1:]]
+                wait_until(
+                    lambda: _pending(urls, model) + sum(f.done() for f in rest) == len(rest),  # noqa: B023 (used at once)
+                    what=f"the other calls to queue or be refused on {model}",
+                )
+                time.sleep(QUEUE_TIMEOUT_S)  # at least this long: the queued ones time out
+            finally:
+                gate.touch()
             out[model] = [first.result(), *(f.result() for f in rest)]
         out[f"{model}-stats"] = _settled_stats(urls, model)
-    host, port = urls["metrics"].rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
+    text = read_metrics(urls["metrics"])
     out["failures"] = sorted(line for line in text.splitlines()
                              if line.startswith("nv_inference_request_failure{model=\"queue_"))  # fmt: skip
     return out
@@ -93,19 +106,12 @@ def _urls(srv: Any) -> dict[str, str]:
     return {"http": srv.http_url, "grpc": srv.grpc_url, "metrics": srv.metrics_url}
 
 
-def _repo(root: Path) -> Path:
-    root.mkdir()
-    for name in ("queue_slowq", "queue_slowt"):
-        (root / name).symlink_to(MODELS / name)
-    return root
+MODELS = ["queue_slowq", "queue_slowt"]
 
 
-def test_refusals_errors_statistics_and_metrics(tmp_path: Path) -> None:
-    srv = start_server(_repo(tmp_path / "repo"))
-    try:
-        obs = _observe(_urls(srv))
-    finally:
-        srv.stop()
+def test_refusals_errors_statistics_and_metrics(tmp_path: Path, serving: Serving) -> None:
+    with serving.server(models=MODELS) as srv:
+        obs = _observe(_urls(srv), tmp_path)
     refused = [(rid, m) for rid, s, m in obs["queue_slowq"] if s != "ok"]
     assert len(refused) == 2
     for rid, message in refused:
@@ -121,16 +127,15 @@ def test_refusals_errors_statistics_and_metrics(tmp_path: Path) -> None:
 
 @pytest.mark.reference
 @pytest.mark.skipif(not reference_available(), reason="reference Triton is not installed")
-def test_matches_the_reference(tmp_path: Path) -> None:
-    repo = _repo(tmp_path / "repo")
+def test_matches_the_reference(tmp_path: Path, serving: Serving) -> None:
+    repo = serving.repo(MODELS)
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ours").mkdir()
     ref = start_reference(repo)
     try:
-        expected = _summary(_observe(_urls(ref)))
+        expected = _summary(_observe(_urls(ref), tmp_path / "ref"))
     finally:
         ref.stop()
-    srv = start_server(repo)
-    try:
-        got = _summary(_observe(_urls(srv)))
-    finally:
-        srv.stop()
+    with serving.server(repo) as srv:
+        got = _summary(_observe(_urls(srv), tmp_path / "ours"))
     assert got == expected

@@ -6,9 +6,9 @@ batcher's REJECT policy a request whose timeout (the policy's default, or the re
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -16,8 +16,10 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.conftest import Serving
 from tests.healthmodels import GATED, write_model
-from tests.serverproc import ServerProcess, start_server
+from tests.helpers import inputs, wait_until_async
+from tests.serverproc import ServerProcess
 
 WAIT_S = 90.0  # guards against hanging only
 POLICIES = {
@@ -31,19 +33,16 @@ POLICIES = {
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
-    root = tmp_path_factory.mktemp("queue_timeouts")
+def served(serving: Serving) -> Iterator[tuple[ServerProcess, Path]]:
+    root = serving.repo()
     for name, policy in POLICIES.items():
         write_model(root, name, GATED, max_batch_size=1, extra=policy)
-    server = start_server(root)
-    yield server, root
-    server.stop()
+    with serving.server(root) as server:
+        yield server, root
 
 
-def _in(mod: object, value: float) -> list[object]:
-    x = mod.InferInput("IN", [1, 1], "FP32")  # type: ignore[attr-defined]
-    x.set_data_from_numpy(np.full((1, 1), value, np.float32))
-    return [x]
+def _in(mod: ModuleType, value: float) -> list[object]:
+    return inputs(mod, IN=np.full((1, 1), value, np.float32))
 
 
 @pytest.mark.parametrize("model", list(POLICIES))
@@ -57,10 +56,7 @@ async def test_a_queued_request_times_out_while_the_instance_is_hung(
     try:
         async with grpcaio.InferenceServerClient(server.grpc_url) as client:
             held = asyncio.ensure_future(client.infer(model, _in(grpcaio, 1)))
-            deadline = time.monotonic() + WAIT_S
-            while not (folder / "started").exists():
-                assert time.monotonic() < deadline, "the first request never ran"
-                await asyncio.sleep(0.02)
+            await wait_until_async((folder / "started").exists, WAIT_S, what="the first request")
             with pytest.raises(InferenceServerException) as grpc_err:
                 await client.infer(model, _in(grpcaio, 2), timeout=timeout_us)
             assert grpc_err.value.status() == "StatusCode.UNAVAILABLE"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,24 +15,19 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.serverproc import ServerProcess, start_server
-
-MODELS = Path(__file__).resolve().parents[1] / "models"
+from tests.conftest import Serving
+from tests.helpers import inputs
+from tests.serverproc import ServerProcess
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("repo")
-    (repo / "seq_acc").symlink_to(MODELS / "seq_acc")
-    srv = start_server(repo)
-    yield srv
-    srv.stop()
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(models=["seq_acc"]) as srv:
+        yield srv
 
 
-def _value(v: int, mod=httpclient):  # type: ignore[no-untyped-def]
-    t = mod.InferInput("VALUE", [1, 1], "INT32")
-    t.set_data_from_numpy(np.array([[v]], np.int32))
-    return t
+def _value(v: int, mod: ModuleType = httpclient) -> Any:
+    return inputs(mod, VALUE=np.array([[v]], np.int32))[0]
 
 
 async def test_interleaved_sequences_keep_their_own_state(server: ServerProcess) -> None:
@@ -50,7 +46,7 @@ async def test_interleaved_sequences_keep_their_own_state(server: ServerProcess)
     results = await asyncio.wait_for(
         asyncio.gather(run(1, [1, 2, 3, 4]), run("abc", [10, 20, 30]), run(7, [5, 5, 5, 5, 5])), 30
     )
-    assert results == [[1, 3, 6, 10], [10, 30, 60], [5, 10, 15, 20, 25]]
+    assert list(results) == [[1, 3, 6, 10], [10, 30, 60], [5, 10, 15, 20, 25]]
     await client.close()
 
 
@@ -90,6 +86,6 @@ def test_idle_sequences_expire(server: ServerProcess) -> None:
     client.infer("seq_acc", [_value(1)], sequence_id=555, sequence_start=True)
     res = client.infer("seq_acc", [_value(2)], sequence_id=555)
     assert res.as_numpy("ACC")[0, 0] == 3
-    time.sleep(1.2)  # max_sequence_idle_microseconds is 0.5 s
+    time.sleep(1.2)  # at least max_sequence_idle_microseconds (0.5 s): longer changes nothing
     with pytest.raises(InferenceServerException, match="must specify the START flag"):
         client.infer("seq_acc", [_value(3)], sequence_id=555)

@@ -8,6 +8,7 @@ import asyncio
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,9 +17,10 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.helpers import MODELS, grpc_inputs, http_input
+from tests.serverproc import ServerProcess
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
 A = np.arange(8, dtype=np.float32).reshape(2, 4)
 B = np.full((2, 4), 10, dtype=np.float32)
 
@@ -71,17 +73,10 @@ CONFIGS = {
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("onnx_repo")
-    for name in (
-        "onnx_add_sub",
-        "onnx_auto",
-        "onnx_fixed",
-        "bls_native",
-        "ens_onnx",
-        "onnx_strings",
-    ):
-        (root / name).symlink_to(MODELS / name)
+def repo(serving: Serving) -> Path:
+    root = serving.repo(
+        ["onnx_add_sub", "onnx_auto", "onnx_fixed", "bls_native", "ens_onnx", "onnx_strings"]
+    )
     # The BLS caller again, in the in-process execution mode.
     inproc = root / "bls_native_inproc"
     shutil.copytree(MODELS / "bls_native", inproc)
@@ -96,10 +91,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path) -> Iterator[ServerProcess]:
-    srv = start_server(repo)
-    yield srv
-    srv.stop()
+def server(serving: Serving, repo: Path) -> Iterator[ServerProcess]:
+    with serving.server(repo) as srv:
+        yield srv
 
 
 @pytest.fixture()
@@ -107,13 +101,8 @@ def http(server: ServerProcess) -> httpclient.InferenceServerClient:
     return httpclient.InferenceServerClient(server.http_url)
 
 
-def _http_inputs(*arrays: tuple[str, np.ndarray, str]) -> list[httpclient.InferInput]:
-    out = []
-    for name, arr, dt in arrays:
-        t = httpclient.InferInput(name, list(arr.shape), dt)
-        t.set_data_from_numpy(arr)
-        out.append(t)
-    return out
+def _http_inputs(*arrays: tuple[str, np.ndarray[Any, Any], str]) -> list[httpclient.InferInput]:
+    return [http_input(name, arr, dt) for name, arr, dt in arrays]
 
 
 @pytest.mark.parametrize("model", ["onnx_add_sub", "onnx_auto"])
@@ -173,13 +162,9 @@ def test_dynamic_batching_merges_concurrent_requests(server: ServerProcess) -> N
 
             async def one(i: int) -> np.ndarray:
                 a = np.full((1, 4), i, np.float32)
-                inputs = []
-                for name, arr in (("INPUT0", a), ("INPUT1", a)):
-                    t = grpcaio.InferInput(name, [1, 4], "FP32")
-                    t.set_data_from_numpy(arr)
-                    inputs.append(t)
-                res = await client.infer("onnx_add_sub", inputs)
-                return res.as_numpy("OUTPUT0")
+                res = await client.infer("onnx_add_sub", grpc_inputs({"INPUT0": a, "INPUT1": a}))
+                out: np.ndarray = res.as_numpy("OUTPUT0")
+                return out
 
             return await asyncio.gather(*(one(i) for i in range(16)))
         finally:

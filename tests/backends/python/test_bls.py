@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,12 +29,12 @@ from tritonclient.utils import InferenceServerException
 from modelyard.scheduling.default import DefaultScheduler
 from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.helpers import MODES, grpc_input, http_input, wait_until_async
+from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
-MODES = ["process", "in-process"]
 BLS_MODELS = [
     "bls_echo", "bls_driver", "bls_relay", "bls_passthrough", "bls_versioned", "bls_fail",
     "bls_slow", "bls_square", "bls_async_fanout", "bls_async_iter", "bls_async_decoupled",
@@ -56,42 +55,13 @@ class Served:
         )
 
 
-def make_repo(root: Path, names: list[str]) -> Path:
-    for name in names:
-        (root / name).symlink_to(MODELS / name)
-    return root
-
-
-def start_in_mode(repo: Path, mode: str) -> ServerProcess:
-    args = ("--backend-config", "python,execution-mode=in-process") if mode == "in-process" else ()
-    return start_server(repo, *args)
-
-
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_repo(tmp_path_factory.mktemp("bls_repo"), BLS_MODELS)
-
-
 @pytest.fixture(scope="module", params=MODES)
-def served(request: pytest.FixtureRequest, repo: Path) -> Iterator[Served]:
-    server = start_in_mode(repo, request.param)
-    yield Served(server, request.param)
-    server.stop()
+def served(request: pytest.FixtureRequest, serving: Serving) -> Iterator[Served]:
+    with serving.server(models=BLS_MODELS, mode=request.param) as server:
+        yield Served(server, request.param)
 
 
 # -- helpers --------------------------------------------------------------------------------
-
-
-def http_in(name: str, arr: np.ndarray, datatype: str) -> httpclient.InferInput:
-    t = httpclient.InferInput(name, list(arr.shape), datatype)
-    t.set_data_from_numpy(arr)
-    return t
-
-
-def grpc_in(name: str, arr: np.ndarray, datatype: str) -> grpcclient.InferInput:
-    t = grpcclient.InferInput(name, list(arr.shape), datatype)
-    t.set_data_from_numpy(arr)
-    return t
 
 
 def spec_array(spec: dict[str, Any]) -> np.ndarray:
@@ -105,7 +75,8 @@ def drive(client: httpclient.InferenceServerClient, spec: dict[str, Any],
           x: np.ndarray = X) -> tuple[dict[str, Any], np.ndarray]:  # fmt: skip
     """Run one bls_driver request over HTTP; returns (RESULT, OUTPUT0)."""
     res = client.infer(
-        "bls_driver", [http_in("SPEC", spec_array(spec), "BYTES"), http_in("INPUT0", x, "FP32")]
+        "bls_driver",
+        [http_input("SPEC", spec_array(spec), "BYTES"), http_input("INPUT0", x, "FP32")],
     )
     return json.loads(res.as_numpy("RESULT")[0]), res.as_numpy("OUTPUT0")
 
@@ -113,7 +84,7 @@ def drive(client: httpclient.InferenceServerClient, spec: dict[str, Any],
 async def drive_grpc_aio(url: str, spec: dict[str, Any], x: np.ndarray = X) -> dict[str, Any]:
     async with grpcaio.InferenceServerClient(url) as client:
         res = await client.infer(
-            "bls_driver", [grpc_in("SPEC", spec_array(spec), "BYTES"), grpc_in("INPUT0", x, "FP32")],
+            "bls_driver", [grpc_input("SPEC", spec_array(spec), "BYTES"), grpc_input("INPUT0", x, "FP32")],
             client_timeout=TIMEOUT_S,
         )  # fmt: skip
     result: dict[str, Any] = json.loads(res.as_numpy("RESULT")[0])
@@ -134,7 +105,7 @@ ECHO_META = {"model": "bls_echo", "outputs": ["OUTPUT0", "META"]}
 
 def test_sync_exec_outputs_go_straight_into_the_response(served: Served) -> None:
     x = np.linspace(-1, 1, 7, dtype=np.float32)
-    res = served.http().infer("bls_passthrough", [http_in("INPUT0", x, "FP32")])
+    res = served.http().infer("bls_passthrough", [http_input("INPUT0", x, "FP32")])
     np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), x)
     callee = json.loads(res.as_numpy("META")[0])
     assert callee["parameters"] == "{}" and callee["correlation_id"] == 0
@@ -179,26 +150,22 @@ def test_exec_without_decoupled_on_a_decoupled_model_is_an_error_response(served
 
 
 def _async_iter(client: httpclient.InferenceServerClient, n: int, **params: Any) -> tuple[int, int]:
-    res = client.infer("bls_async_iter", [http_in("IN", np.array([n], np.int32), "INT32")],
+    res = client.infer("bls_async_iter", [http_input("IN", np.array([n], np.int32), "INT32")],
                        parameters=params or None)  # fmt: skip
     return int(res.as_numpy("COUNT")[0]), int(res.as_numpy("SUM")[0])
 
 
-def test_await_async_exec_decoupled_then_plain_for(
-    served: Served, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+def test_await_async_exec_decoupled_then_plain_for(served: Served, serving: Serving) -> None:
     """Triton's bls_decoupled async example: ``await async_exec(decoupled=True)`` and a plain
     ``for`` over the responses on the event loop's thread."""
     if served.mode == "in-process":
         # This once wedged the server's event loop, so it keeps a server of its own.
-        server = start_in_mode(make_repo(tmp_path, ["bls_async_iter", "bls_square"]), "in-process")
-        try:
+        with serving.server(models=["bls_async_iter", "bls_square"], mode="in-process",
+                            stop_timeout=1) as server:  # fmt: skip
             client = httpclient.InferenceServerClient(
                 server.http_url, connection_timeout=2, network_timeout=2
             )
             assert _async_iter(client, 3, delay_ms=20) == (4, 3)
-        finally:
-            server.stop(timeout=1)
         return
     client = served.http()
     assert _async_iter(client, 3, delay_ms=20) == (4, 0 + 1 + 2)
@@ -219,7 +186,7 @@ def _stream_sync(url: str, n: int) -> list[Any]:
         callback=lambda result, error: got.put(error or result), stream_timeout=TIMEOUT_S
     )
     try:
-        client.async_stream_infer("bls_async_decoupled", [grpc_in("IN", np.array([n], np.int32), "INT32")],
+        client.async_stream_infer("bls_async_decoupled", [grpc_input("IN", np.array([n], np.int32), "INT32")],
                                   enable_empty_final_response=True)  # fmt: skip
         items = []
         while True:
@@ -238,7 +205,7 @@ async def _stream_aio(url: str, n: int) -> list[Any]:
     async def requests() -> Any:
         yield {
             "model_name": "bls_async_decoupled",
-            "inputs": [grpc_in("IN", np.array([n], np.int32), "INT32")],
+            "inputs": [grpc_input("IN", np.array([n], np.int32), "INT32")],
         }
 
     items = []
@@ -268,7 +235,7 @@ async def test_async_bls_inside_a_decoupled_model(served: Served, client: str) -
 
 # (spec, code, start, part): the message starts with `start` and contains `part`. Errors
 # raised before the callee ran carry Triton's BLS prefix; the callee's own come unchanged.
-ERRORS = {
+ERRORS: dict[str, tuple[dict[str, Any], int, str, str]] = {
     "unknown-model": ({"model": "no_such_model"}, 2, PREFIX.format("no_such_model"),
                       "unknown model: 'no_such_model' is not found"),
     "bad-input": ({"model": "bls_echo", "inputs": {"WRONG": {"data": [1.0]}}}, 3,
@@ -307,12 +274,18 @@ def test_validation_messages_are_triton_2_51s(served: Served, case: str) -> None
     assert result["message"] == start + part
 
 
-def test_timeout_gives_request_timeout_expired(served: Served) -> None:
-    spec = {"model": "bls_slow", "params": {"delay_ms": 1500}, "timeout": 100_000}
-    result, _ = drive(served.http(), spec)
+def test_timeout_gives_request_timeout_expired(served: Served, tmp_path: Path) -> None:
+    # The callee waits until the test opens its gate (30 s at most, beyond the client's own
+    # timeout): the call can only have ended by its 100 ms timeout.
+    gate = tmp_path / "gate"
+    spec = {"model": "bls_slow", "params": {"delay_ms": 30_000, "gate": str(gate)},
+            "timeout": 100_000}  # fmt: skip
+    try:
+        result, _ = drive(served.http(), spec)
+    finally:
+        gate.touch()  # lets the callee go
     assert result["has_error"] is True
     assert result["message"] == "Request timeout expired"
-    assert result["elapsed_s"] < 1.0
 
 
 def test_generous_timeout_succeeds_and_reaches_the_callee(served: Served) -> None:
@@ -364,9 +337,9 @@ def test_deadlock_is_an_error_response_and_the_server_keeps_serving(
             "model": "bls_relay",
             "spec": {"model": "bls_driver", "spec": {"model": "bls_echo"}},
         }
-    t0 = time.monotonic()
+    # No BLS timeout and one instance of bls_driver: only the deadlock check can end the call
+    # (the client gives up after TIMEOUT_S otherwise).
     result, _ = drive(client, spec)
-    assert time.monotonic() - t0 < 2.0
     assert result["has_error"] is True
     assert result["message"].startswith(PREFIX.format("bls_driver"))
     assert "deadlock" in result["message"] and "bls_driver" in result["message"]
@@ -378,29 +351,30 @@ def test_deadlock_is_an_error_response_and_the_server_keeps_serving(
         np.testing.assert_array_equal(out, X)
 
 
-def test_deadlock_across_two_instances_is_detected(served: Served) -> None:
+def test_deadlock_across_two_instances_is_detected(served: Served, tmp_path: Path) -> None:
     """Two requests to bls_self_pair (2 instances) each call bls_self_pair while holding one
-    instance: the inner calls wait on each other. The call that closes the cycle is refused at
-    once, which frees its instance for the other one. The BLS timeout (1.5 s) only bounds the
-    test."""
+    instance (a barrier makes both hold one first): the inner calls wait on each other. The
+    call that closes the cycle is refused at once, which frees its instance for the other
+    one. The BLS timeout (5 s) only bounds the test: a call it ended would say "Request
+    timeout expired", not "deadlock"."""
+    params = {"depth": 1, "timeout_us": 5_000_000, "barrier": str(tmp_path), "parties": 2}
 
-    def call(_: int) -> tuple[dict[str, Any], float]:
-        t0 = time.monotonic()
-        res = served.http().infer("bls_self_pair", [http_in("INPUT0", X, "FP32")],
-                           parameters={"depth": 1, "timeout_us": 1_500_000})  # fmt: skip
-        return json.loads(res.as_numpy("RESULT")[0]), time.monotonic() - t0
+    def call(_: int) -> dict[str, Any]:
+        res = served.http().infer("bls_self_pair", [http_input("INPUT0", X, "FP32")],
+                                  parameters=params)  # fmt: skip
+        result: dict[str, Any] = json.loads(res.as_numpy("RESULT")[0])
+        return result
 
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(call, range(2)))
     # One more request, so that the scheduler sees itself drained again (see
     # test_scheduler_drains_after_batches_that_end_together) and the server stops at once.
-    served.http().infer("bls_self_pair", [http_in("INPUT0", X, "FP32")])
-    refused = [r for r, _ in results if r["has_error"]]
+    served.http().infer("bls_self_pair", [http_input("INPUT0", X, "FP32")])
+    refused = [r for r in results if r["has_error"]]
     assert refused, results  # the cycle was broken by refusing a call...
     for result in refused:
-        assert "deadlock" in result["message"], result["message"]
-    for _, elapsed in results:
-        assert elapsed < 1.2  # ...at once, not by the timeout
+        assert "deadlock" in result["message"], result["message"]  # ...not by the timeout
+    assert len(refused) < len(results), results  # and the other call went through
 
 
 def test_exec_from_a_thread_the_model_started(served: Served) -> None:
@@ -418,8 +392,10 @@ class _GatedInstance:
     def __init__(self, name: str, gate: asyncio.Event):
         self.name = name
         self.gate = gate
+        self.running = False
 
     async def execute(self, batch: list[RequestContext]) -> None:
+        self.running = True
         await self.gate.wait()
         for ctx in batch:
             ctx.on_response(InferResponse("m", "1", ""))
@@ -427,11 +403,11 @@ class _GatedInstance:
 
 async def test_scheduler_drains_after_batches_that_end_together() -> None:
     gate = asyncio.Event()
-    sched = DefaultScheduler("m", [_GatedInstance("m_0", gate), _GatedInstance("m_1", gate)])  # type: ignore[list-item]
+    instances = [_GatedInstance("m_0", gate), _GatedInstance("m_1", gate)]
+    sched = DefaultScheduler("m", instances)  # type: ignore[arg-type]
     for _ in range(2):
         sched.submit(RequestContext(InferRequest(model_name="m", inputs=[]), None, lambda r: None))
-    await asyncio.sleep(0.01)
+    await wait_until_async(lambda: all(i.running for i in instances), what="both batches to run")
     gate.set()  # both batches end in the same event-loop iteration
-    await asyncio.sleep(0.01)
-    assert not sched._tasks and not sched.pending
+    await wait_until_async(lambda: not sched._tasks and not sched.pending, what="the drain")
     assert await sched.drain(1.0)

@@ -13,7 +13,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.backends.python.test_bls import MODES, TIMEOUT_S, make_repo, start_in_mode
+from tests.backends.python.test_bls import TIMEOUT_S
+from tests.conftest import Serving
+from tests.helpers import MODES, grpc_input, http_input
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(90)
@@ -22,19 +24,15 @@ CANCELLED = 7  # pb_utils.TritonError.CANCELLED
 
 
 @pytest.fixture(scope="module", params=MODES)
-def served(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[ServerProcess, str]]:
+def served(request: pytest.FixtureRequest, serving: Serving) -> Iterator[tuple[ServerProcess, str]]:
     models = ["stream_until_cancelled", "bls_cancel_stream", "bls_cancel_stream_async"]
-    server = start_in_mode(make_repo(tmp_path_factory.mktemp("cancel_repo"), models), request.param)
-    yield server, request.param
-    server.stop()
+    with serving.server(models=models, mode=request.param) as server:
+        yield server, request.param
 
 
 def _report_http(server: ServerProcess, model: str, n: int, **kwargs: Any) -> dict[str, Any]:
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=TIMEOUT_S)
-    t = httpclient.InferInput("N", [1], "INT32")
-    t.set_data_from_numpy(np.array([n], np.int32))
+    t = http_input("N", np.array([n], np.int32))
     try:
         out: dict[str, Any] = json.loads(client.infer(model, [t], **kwargs).as_numpy("OUT")[0])
         return out
@@ -44,8 +42,7 @@ def _report_http(server: ServerProcess, model: str, n: int, **kwargs: Any) -> di
 
 def _report_grpc(server: ServerProcess, model: str, n: int) -> dict[str, Any]:
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
-        t = grpcclient.InferInput("N", [1], "INT32")
-        t.set_data_from_numpy(np.array([n], np.int32))
+        t = grpc_input("N", np.array([n], np.int32))
         res = client.infer(model, [t], client_timeout=TIMEOUT_S)
         out: dict[str, Any] = json.loads(res.as_numpy("OUT")[0])
         return out

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,25 +19,22 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from modelyard.backends.python.worker.region_maps import ClientRegions
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.helpers import client_for, wait_until
+from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
 MODEL = "zc_probe"
 N = 256 * 1024  # 1 MiB of FP32: far above the size that goes through the worker pools
 MB = 4 * N
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("zc_repo")
-    (repo / MODEL).symlink_to(MODELS / MODEL)
-    (repo / "cache_double").symlink_to(MODELS / "cache_double")
-    srv = start_server(repo, "--allow-metrics=false", "--cache-config", "local,size=1048576",
-                       timeout=120, expect=("http", "grpc"))  # fmt: skip
-    yield srv
-    srv.stop()
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(None, "--cache-config", "local,size=1048576",
+                        models=[MODEL, "cache_double"], endpoints=("http", "grpc")) as srv:  # fmt: skip
+        yield srv
 
 
 class Regions:
@@ -66,21 +62,15 @@ def regions() -> Iterator[Regions]:
         r.destroy(name)
 
 
-def _client(server: ServerProcess, protocol: str) -> Any:
-    if protocol == "http":
-        return httpclient.InferenceServerClient(server.http_url)
-    return grpcclient.InferenceServerClient(server.grpc_url)
-
-
-def _infer(client: Any, protocol: str, *, osize: int = MB, ooff: int = 0, delay: float = 0,
-           iregion: str = "in", oregion: str = "out") -> Any:  # fmt: skip
+def _infer(client: Any, protocol: str, *, osize: int = MB, ooff: int = 0,
+           params: dict[str, Any] | None = None, iregion: str = "in",
+           oregion: str = "out") -> Any:  # fmt: skip
     mod = httpclient if protocol == "http" else grpcclient
     inp = mod.InferInput("INPUT0", [N], "FP32")
     inp.set_shared_memory(iregion, MB, 4096 + 4)  # an odd offset inside the region
     out = mod.InferRequestedOutput("OUTPUT0")
     out.set_shared_memory(oregion, osize, ooff)
     wanted = [out, mod.InferRequestedOutput("WRITABLE"), mod.InferRequestedOutput("MAPS")]
-    params = {"delay": str(delay)} if delay else None
     return client.infer(MODEL, [inp], outputs=wanted, parameters=params)
 
 
@@ -103,7 +93,7 @@ def _setup(client: Any, regions: Regions, x: np.ndarray[Any, Any]) -> Any:
 def test_worker_reads_and_writes_the_client_regions(
     server: ServerProcess, regions: Regions, protocol: str
 ) -> None:
-    client = _client(server, protocol)
+    client = client_for(server, protocol)
     x = np.random.default_rng(1).random(N, dtype=np.float32)
     try:
         oh = _setup(client, regions, x)
@@ -129,7 +119,7 @@ def test_worker_reads_and_writes_the_client_regions(
 def test_output_larger_than_its_region_fails_as_before(
     server: ServerProcess, regions: Regions, protocol: str
 ) -> None:
-    client = _client(server, protocol)
+    client = client_for(server, protocol)
     x = np.ones(N, np.float32)
     try:
         oh = _setup(client, regions, x)
@@ -151,20 +141,25 @@ def test_output_larger_than_its_region_fails_as_before(
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_unregister_during_a_request(
-    server: ServerProcess, regions: Regions, protocol: str
+    server: ServerProcess, regions: Regions, protocol: str, tmp_path: Path
 ) -> None:
-    client = _client(server, protocol)
+    client = client_for(server, protocol)
     x = np.arange(N, dtype=np.float32)
     results: list[Any] = []
+    started, gate = tmp_path / "started", tmp_path / "gate"
     try:
         oh = _setup(client, regions, x)
         _infer(client, protocol)  # the worker maps both regions now
+        params = {"started": str(started), "gate": str(gate)}
         worker = threading.Thread(
-            target=lambda: results.append(_infer(_client(server, protocol), protocol, delay=0.6))
+            target=lambda: results.append(
+                _infer(client_for(server, protocol), protocol, params=params)
+            )
         )
         worker.start()
-        time.sleep(0.3)
-        client.unregister_system_shared_memory()  # while the request sleeps in the model
+        wait_until(started.exists, what="the request to run in the model")
+        client.unregister_system_shared_memory()  # while the request waits in the model
+        gate.touch()
         worker.join(30)
         assert results and np.array_equal(shm.get_contents_as_numpy(oh, np.float32, [N]), x * 2)
         old = set(regions.keys.values())
@@ -184,7 +179,7 @@ def test_unregister_during_a_request(
 def test_region_recreated_after_registration_reads_the_registered_object(
     server: ServerProcess, regions: Regions, protocol: str
 ) -> None:
-    client = _client(server, protocol)
+    client = client_for(server, protocol)
     x = np.arange(N, dtype=np.float32)
     try:
         oh = _setup(client, regions, x)
@@ -203,7 +198,7 @@ def test_cached_model_keeps_outputs_in_the_response(
     server: ServerProcess, regions: Regions, protocol: str
 ) -> None:
     mod = httpclient if protocol == "http" else grpcclient
-    client = _client(server, protocol)
+    client = client_for(server, protocol)
     x = np.array([[1, 2, 3, float(protocol == "http")]], np.float32)  # a fresh cache key
     try:
         oh = regions.make("out", 64)

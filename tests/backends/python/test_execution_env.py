@@ -21,11 +21,12 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.backends.python.envbuild import VALUE, build_env, malicious, other_python, pack
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.helpers import MODELS, MODES, grpc_input, http_input, wait_until
+from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(180)
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
 EXTRACTING = "Extracting Python execution env"
 
 
@@ -54,8 +55,7 @@ def add_model(repo: Path, name: str, env_path: str, archive: Path | None = None)
 
 def probe_http(server: ServerProcess, model: str) -> dict[str, Any]:
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
-    t = httpclient.InferInput("IN", [1], "FP32")
-    t.set_data_from_numpy(np.ones(1, np.float32))
+    t = http_input("IN", np.ones(1, np.float32))
     try:
         out: dict[str, Any] = json.loads(client.infer(model, [t]).as_numpy("OUT")[0])
         return out
@@ -65,30 +65,22 @@ def probe_http(server: ServerProcess, model: str) -> dict[str, Any]:
 
 def probe_grpc(server: ServerProcess, model: str) -> dict[str, Any]:
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
-        t = grpcclient.InferInput("IN", [1], "FP32")
-        t.set_data_from_numpy(np.ones(1, np.float32))
+        t = grpc_input("IN", np.ones(1, np.float32))
         out: dict[str, Any] = json.loads(
             client.infer(model, [t], client_timeout=60).as_numpy("OUT")[0]
         )
         return out
 
 
-@pytest.fixture(scope="module", params=["process", "in-process"])
+@pytest.fixture(scope="module", params=MODES)
 def served(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    env_dir: Path,
-    archive: Path,
+    request: pytest.FixtureRequest, serving: Serving, env_dir: Path, archive: Path
 ) -> Iterator[tuple[ServerProcess, str]]:
-    repo = tmp_path_factory.mktemp("env_repo")
+    repo = serving.repo()
     add_model(repo, "packed", "$$TRITON_MODEL_DIRECTORY/env.tar.gz", archive)
     add_model(repo, "unpacked", str(env_dir))
-    args = ["--log-verbose", "1"]
-    if request.param == "in-process":
-        args += ["--backend-config", "python,execution-mode=in-process"]
-    server = start_server(repo, *args, timeout=120)
-    yield server, request.param
-    server.stop()
+    with serving.server(repo, "--log-verbose", "1", mode=request.param) as server:
+        yield server, request.param
 
 
 def test_models_import_what_only_their_environment_has(
@@ -112,7 +104,7 @@ def test_models_import_what_only_their_environment_has(
 
 
 def test_an_archive_is_extracted_once_and_again_when_it_changes(
-    tmp_path: Path, archive: Path
+    tmp_path: Path, archive: Path, serving: Serving
 ) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -120,17 +112,8 @@ def test_an_archive_is_extracted_once_and_again_when_it_changes(
     shutil.copy(archive, shared)
     add_model(repo, "first", str(shared))
     add_model(repo, "second", str(shared))  # the same archive: extracted once for both
-    server = start_server(
-        repo,
-        "--log-verbose",
-        "1",
-        "--model-control-mode",
-        "explicit",
-        "--load-model",
-        "*",
-        timeout=120,
-    )
-    try:
+    args = ("--log-verbose", "1", "--model-control-mode", "explicit", "--load-model", "*")
+    with serving.server(repo, *args) as server:
         http = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
         assert probe_http(server, "first")["value"] == probe_http(server, "second")["value"]
         assert server.output().count(EXTRACTING) == 1
@@ -140,21 +123,21 @@ def test_an_archive_is_extracted_once_and_again_when_it_changes(
         later = time.time() + 5
         os.utime(shared, (later, later))  # the archive changes: extracted again
         http.load_model("first")
+        # The line may not have been read from the server's output yet.
+        wait_until(lambda: server.output().count(EXTRACTING) >= 2, what="the second extraction")
         assert server.output().count(EXTRACTING) == 2
         assert probe_http(server, "first")["value"] == VALUE
         assert probe_http(server, "second")["value"] == VALUE  # its folder is still there
         http.close()
-    finally:
-        server.stop()
 
 
 @pytest.fixture()
-def explicit(tmp_path: Path) -> Iterator[tuple[ServerProcess, Path]]:
+def explicit(tmp_path: Path, serving: Serving) -> Iterator[tuple[ServerProcess, Path]]:
     repo = tmp_path / "repo"
     repo.mkdir()
-    server = start_server(repo, "--model-control-mode", "explicit", env={"TMPDIR": str(tmp_path)})
-    yield server, repo
-    server.stop()
+    with serving.server(repo, "--model-control-mode", "explicit",
+                        env={"TMPDIR": str(tmp_path)}) as server:  # fmt: skip
+        yield server, repo
 
 
 def _load_error(server: ServerProcess, name: str) -> tuple[str, str]:
@@ -250,7 +233,9 @@ def test_another_python_minor_version_is_refused(
     ), message
 
 
-def test_in_process_models_cannot_name_an_environment(tmp_path: Path, env_dir: Path) -> None:
+def test_in_process_models_cannot_name_an_environment(
+    tmp_path: Path, env_dir: Path, serving: Serving
+) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
     folder = add_model(repo, "inproc", str(env_dir))
@@ -259,13 +244,10 @@ def test_in_process_models_cannot_name_an_environment(tmp_path: Path, env_dir: P
         config.read_text()
         + 'parameters { key: "MODELYARD_EXECUTION_MODE" value { string_value: "in-process" } }\n'
     )
-    server = start_server(repo, "--model-control-mode", "explicit")
-    try:
+    with serving.server(repo, "--model-control-mode", "explicit") as server:
         status, message = _load_error(server, "inproc")
-        assert status == "400"
-        assert (
-            "MODELYARD_EXECUTION_MODE 'in-process' cannot be combined with EXECUTION_ENV_PATH"
-            in message
-        )
-    finally:
-        server.stop()
+    assert status == "400"
+    assert (
+        "MODELYARD_EXECUTION_MODE 'in-process' cannot be combined with EXECUTION_ENV_PATH"
+        in message
+    )

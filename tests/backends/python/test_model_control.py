@@ -10,7 +10,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.backends.python.test_bls import MODES, TIMEOUT_S, make_repo, start_in_mode
+from tests.backends.python.test_bls import TIMEOUT_S
+from tests.conftest import Serving
+from tests.helpers import MODES, grpc_input, http_input
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(90)
@@ -25,8 +27,7 @@ NOT_FOUND = (
 def control_http(url: str, op: str) -> str:
     """control_probe's answer to ``op`` over HTTP (``url``: the server's HTTP host:port)."""
     client = httpclient.InferenceServerClient(url, network_timeout=TIMEOUT_S)
-    t = httpclient.InferInput("OP", [1], "BYTES")
-    t.set_data_from_numpy(np.array([op.encode()], dtype=np.object_))
+    t = http_input("OP", np.array([op.encode()], dtype=np.object_))
     text = client.infer("control_probe", [t]).as_numpy("OUT")[0].decode()
     client.close()
     return str(text)
@@ -34,20 +35,15 @@ def control_http(url: str, op: str) -> str:
 
 def control_grpc(url: str, op: str) -> str:
     with grpcclient.InferenceServerClient(url) as client:
-        t = grpcclient.InferInput("OP", [1], "BYTES")
-        t.set_data_from_numpy(np.array([op.encode()], dtype=np.object_))
+        t = grpc_input("OP", np.array([op.encode()], dtype=np.object_))
         res = client.infer("control_probe", [t], client_timeout=TIMEOUT_S)
         return str(res.as_numpy("OUT")[0].decode())
 
 
 @pytest.fixture(scope="module", params=MODES)
-def served(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    repo = make_repo(tmp_path_factory.mktemp("control_repo"), ["control_probe"])
-    server = start_in_mode(repo, request.param)
-    yield server
-    server.stop()
+def served(request: pytest.FixtureRequest, serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(models=["control_probe"], mode=request.param) as server:
+        yield server
 
 
 def test_loading_a_model_the_repository_lacks_fails_every_time(served: ServerProcess) -> None:

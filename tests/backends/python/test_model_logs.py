@@ -10,7 +10,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.backends.python.test_bls import MODES, make_repo
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.helpers import MODES, grpc_input, http_input, make_repo, wait_until
+from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -52,25 +52,23 @@ def model_lines(server: ServerProcess, pattern: str = DEFAULT_LINE) -> list[tupl
 
 
 def wait_for(server: ServerProcess, message: str, pattern: str = DEFAULT_LINE) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not any(msg == message for _, _, msg in model_lines(server, pattern)):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no log line {message!r} in:\n{server.output()}")
-        time.sleep(0.05)
+    wait_until(
+        lambda: any(msg == message for _, _, msg in model_lines(server, pattern)),
+        WAIT_S,
+        what=lambda: f"the log line {message!r} in:\n{server.output()}",
+    )
 
 
 def infer_http(server: ServerProcess, tag: str) -> None:
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=WAIT_S)
-    t = httpclient.InferInput("TAG", [1], "BYTES")
-    t.set_data_from_numpy(np.array([tag.encode()], dtype=np.object_))
+    t = http_input("TAG", np.array([tag.encode()], dtype=np.object_))
     assert client.infer("log_lines", [t]).as_numpy("OUT")[0] == tag.encode()
     client.close()
 
 
 def infer_grpc(server: ServerProcess, tag: str) -> None:
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
-        t = grpcclient.InferInput("TAG", [1], "BYTES")
-        t.set_data_from_numpy(np.array([tag.encode()], dtype=np.object_))
+        t = grpc_input("TAG", np.array([tag.encode()], dtype=np.object_))
         res = client.infer("log_lines", [t], client_timeout=WAIT_S)
         assert res.as_numpy("OUT")[0] == tag.encode()
 
@@ -91,16 +89,10 @@ def lines_of(server: ServerProcess, tag: str, pattern: str = DEFAULT_LINE) -> li
 
 
 @pytest.fixture(scope="module", params=MODES)
-def served(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    repo = make_repo(tmp_path_factory.mktemp("log_repo"), ["log_lines"])
-    args = ["--model-control-mode", "explicit", "--load-model", "log_lines"]
-    if request.param == "in-process":
-        args += ["--backend-config", "python,execution-mode=in-process"]
-    server = start_server(repo, *args)
-    yield server
-    server.stop()
+def served(request: pytest.FixtureRequest, serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(None, "--model-control-mode", "explicit", "--load-model", "log_lines",
+                        models=["log_lines"], mode=request.param) as server:  # fmt: skip
+        yield server
 
 
 def test_lines_from_initialize_execute_threads_and_finalize(served: ServerProcess) -> None:
@@ -165,23 +157,12 @@ def test_logging_extension_changes_what_is_printed(served: ServerProcess) -> Non
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_log_verbose_flag_prints_verbose_lines_from_start(mode: str, tmp_path: Path) -> None:
-    repo = make_repo(tmp_path, ["log_lines"])
-    args = ["--log-verbose", "1"]
-    if mode == "in-process":
-        args += ["--backend-config", "python,execution-mode=in-process"]
-    server = start_server(repo, *args)
-    try:
-        assert (
-            httpclient.InferenceServerClient(server.http_url).get_log_settings()[
-                "log_verbose_level"
-            ]
-            == 1
-        )
+def test_log_verbose_flag_prints_verbose_lines_from_start(mode: str, serving: Serving) -> None:
+    with serving.server(None, "--log-verbose", "1", models=["log_lines"], mode=mode) as server:
+        settings = httpclient.InferenceServerClient(server.http_url).get_log_settings()
+        assert settings["log_verbose_level"] == 1
         wait_for(server, "init-verbose")
         assert ("I", marker_line("init-verbose"), "init-verbose") in model_lines(server)
-    finally:
-        server.stop()
 
 
 def test_log_file_takes_the_log(tmp_path: Path) -> None:
@@ -208,10 +189,15 @@ def test_log_file_takes_the_log(tmp_path: Path) -> None:
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + WAIT_S
-        while "Started Metrics Service" not in (log_file.read_text() if log_file.exists() else ""):
-            assert time.monotonic() < deadline and proc.poll() is None, "server did not start"
-            time.sleep(0.05)
+        wait_until(
+            lambda: (
+                proc.poll() is not None
+                or "Started Metrics Service" in (log_file.read_text() if log_file.exists() else "")
+            ),
+            WAIT_S,
+            what="the server to start",
+        )
+        assert proc.poll() is None, "the server exited"
         text = log_file.read_text()
         assert re.search(r"\nI\d{4} [\d:.]+ \d+ model\.py:\d+\] \"init-info\"\n", "\n" + text)
         assert '"init-verbose"' in text

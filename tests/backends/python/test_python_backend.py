@@ -4,7 +4,6 @@ contract, worker processes, errors, crashes and the shared-memory transport."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,26 +14,23 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.helpers import http_input, wait_for_log, wait_until
+from tests.serverproc import ServerProcess
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
 PY_MODELS = ["py_init_args", "py_init_error", "py_exec_error", "py_wrong_count", "py_siblings",
              "py_instances", "py_identity", "py_per_request_error", "py_autocomplete", "py_crash"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("repo")
-    for name in PY_MODELS:
-        (root / name).symlink_to(MODELS / name)
-    return root
+def repo(serving: Serving) -> Path:
+    return serving.repo(PY_MODELS)
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path) -> Iterator[ServerProcess]:
-    srv = start_server(repo)
-    yield srv
-    srv.stop()
+def server(serving: Serving, repo: Path) -> Iterator[ServerProcess]:
+    with serving.server(repo) as srv:
+        yield srv
 
 
 @pytest.fixture()
@@ -47,16 +43,10 @@ def grpc(server: ServerProcess) -> grpcclient.InferenceServerClient:
     return grpcclient.InferenceServerClient(server.grpc_url)
 
 
-def _in(name: str, arr: np.ndarray, dt: str) -> httpclient.InferInput:
-    t = httpclient.InferInput(name, list(arr.shape), dt)
-    t.set_data_from_numpy(arr)
-    return t
-
-
 def test_initialize_gets_tritons_seven_args(
     http: httpclient.InferenceServerClient, repo: Path
 ) -> None:
-    res = http.infer("py_init_args", [_in("IN", np.array([1], np.int32), "INT32")])
+    res = http.infer("py_init_args", [http_input("IN", np.array([1], np.int32), "INT32")])
     args = json.loads(res.as_numpy("ARGS")[0])
     assert sorted(args) == sorted([
         "model_config", "model_instance_kind", "model_instance_name", "model_instance_device_id",
@@ -92,7 +82,7 @@ def test_initialize_error_fails_only_that_model(
 def test_execute_exception_is_a_500_with_tritons_text(http: httpclient.InferenceServerClient,
                                                       grpc: grpcclient.InferenceServerClient) -> None:  # fmt: skip
     with pytest.raises(InferenceServerException) as e:
-        http.infer("py_exec_error", [_in("IN", np.array([1], np.float32), "FP32")])
+        http.infer("py_exec_error", [http_input("IN", np.array([1], np.float32), "FP32")])
     assert e.value.status() == "500"
     msg = e.value.message()
     assert msg.startswith(
@@ -111,7 +101,7 @@ def test_execute_exception_is_a_500_with_tritons_text(http: httpclient.Inference
 
 def test_wrong_number_of_responses(http: httpclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException) as e:
-        http.infer("py_wrong_count", [_in("IN", np.array([1], np.float32), "FP32")])
+        http.infer("py_wrong_count", [http_input("IN", np.array([1], np.float32), "FP32")])
     assert e.value.status() == "500"
     assert ("Number of InferenceResponse objects do not match the number of InferenceRequest "
             "objects. InferenceRequest(s) size is:1, and InferenceResponse(s) size is:0") in e.value.message()  # fmt: skip
@@ -119,36 +109,35 @@ def test_wrong_number_of_responses(http: httpclient.InferenceServerClient) -> No
 
 def test_per_request_error_keeps_code_and_text(http: httpclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException) as e:
-        http.infer("py_per_request_error", [_in("IN", np.array([1], np.float32), "FP32")])
+        http.infer("py_per_request_error", [http_input("IN", np.array([1], np.float32), "FP32")])
     assert e.value.status() == "400"
     assert e.value.message() == "bad value"
 
 
 def test_sibling_modules_import_both_ways(http: httpclient.InferenceServerClient) -> None:
-    res = http.infer("py_siblings", [_in("IN", np.array([1, 2], np.float32), "FP32")])
+    res = http.infer("py_siblings", [http_input("IN", np.array([1, 2], np.float32), "FP32")])
     np.testing.assert_array_equal(res.as_numpy("OUT"), [3, 6])
 
 
-def test_instance_count_gives_separate_processes(
-    http: httpclient.InferenceServerClient, server: ServerProcess
-) -> None:
+def test_instance_count_gives_separate_processes(server: ServerProcess, tmp_path: Path) -> None:
+    # Each request waits in execute until all three are in it at once (and fails otherwise).
+    params = {"barrier": str(tmp_path), "parties": 3}
+
     def call(_: int) -> int:
         # Closed on its own thread: a tritonclient HTTP client collected on another thread
         # fails in gevent (an "exception ignored" warning).
-        c = httpclient.InferenceServerClient(server.http_url)
+        c = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
         try:
-            out = c.infer("py_instances", [_in("IN", np.array([1], np.float32), "FP32")])
+            out = c.infer("py_instances", [http_input("IN", np.array([1], np.float32), "FP32")],
+                          parameters=params)  # fmt: skip
             return int(out.as_numpy("PID")[0])
         finally:
             c.close()
 
-    t0 = time.monotonic()
     with ThreadPoolExecutor(3) as pool:
         pids = set(pool.map(call, range(3)))
-    elapsed = time.monotonic() - t0
     assert len(pids) == 3  # three instances, three processes, used at once
     assert server.proc.pid not in pids
-    assert elapsed < 0.6 + 0.5  # 3 x 0.2 s in sequence would be 0.6 s; parallel is ~0.2 s
 
 
 def test_auto_complete_config_fills_the_model(http: httpclient.InferenceServerClient) -> None:
@@ -157,7 +146,7 @@ def test_auto_complete_config_fills_the_model(http: httpclient.InferenceServerCl
     assert [i["name"] for i in cfg["input"]] == ["X"]
     meta = http.get_model_metadata("py_autocomplete")
     assert meta["inputs"] == [{"name": "X", "datatype": "INT32", "shape": [-1, 2]}]
-    res = http.infer("py_autocomplete", [_in("X", np.array([[1, 2]], np.int32), "INT32")])
+    res = http.infer("py_autocomplete", [http_input("X", np.array([[1, 2]], np.int32), "INT32")])
     np.testing.assert_array_equal(res.as_numpy("Y"), [[2, 3]])
 
 
@@ -165,7 +154,7 @@ def test_auto_complete_config_fills_the_model(http: httpclient.InferenceServerCl
 def test_tensors_small_and_large_round_trip(http: httpclient.InferenceServerClient,
                                             grpc: grpcclient.InferenceServerClient, size: int) -> None:  # fmt: skip
     data = np.random.default_rng(size).random(size, dtype=np.float32)
-    res = http.infer("py_identity", [_in("INPUT0", data, "FP32")])
+    res = http.infer("py_identity", [http_input("INPUT0", data, "FP32")])
     np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), data)
     g = grpcclient.InferInput("INPUT0", [size], "FP32")
     g.set_data_from_numpy(data)
@@ -179,10 +168,10 @@ def test_shared_memory_is_reused_not_leaked(
 
     data = np.ones(1_000_000, np.float32)
     for _ in range(3):
-        http.infer("py_identity", [_in("INPUT0", data, "FP32")])
+        http.infer("py_identity", [http_input("INPUT0", data, "FP32")])
     before = {n for n in os.listdir("/dev/shm") if n.startswith(f"modelyard-{server.proc.pid}-")}
     for _ in range(20):
-        http.infer("py_identity", [_in("INPUT0", data, "FP32")])
+        http.infer("py_identity", [http_input("INPUT0", data, "FP32")])
     after = {n for n in os.listdir("/dev/shm") if n.startswith(f"modelyard-{server.proc.pid}-")}
     assert before and after == before  # steady traffic creates no new segments
 
@@ -192,29 +181,23 @@ def test_crashed_worker_fails_its_request_and_comes_back(
 ) -> None:
     ok = np.array([1], np.float32)
     np.testing.assert_array_equal(
-        http.infer("py_crash", [_in("IN", ok, "FP32")]).as_numpy("OUT"), ok
+        http.infer("py_crash", [http_input("IN", ok, "FP32")]).as_numpy("OUT"), ok
     )
     with pytest.raises(InferenceServerException) as e:
-        http.infer("py_crash", [_in("IN", np.array([-1], np.float32), "FP32")])
+        http.infer("py_crash", [http_input("IN", np.array([-1], np.float32), "FP32")])
     assert e.value.status() == "500"
     assert "Stub process 'py_crash_0' is not healthy." in e.value.message()
-    deadline = time.monotonic() + 30
-    while not http.is_model_ready("py_crash"):
-        assert time.monotonic() < deadline, "worker was not restarted"
-        time.sleep(0.1)
+    wait_until(lambda: http.is_model_ready("py_crash"), 30, what="the worker to restart")
     np.testing.assert_array_equal(
-        http.infer("py_crash", [_in("IN", ok, "FP32")]).as_numpy("OUT"), ok
+        http.infer("py_crash", [http_input("IN", ok, "FP32")]).as_numpy("OUT"), ok
     )
 
 
-def test_without_dev_shm_large_tensors_travel_inline(repo: Path) -> None:
-    srv = start_server(repo, env={"MODELYARD_SHM_DIR": "/nonexistent-shm"})
-    try:
+def test_without_dev_shm_large_tensors_travel_inline(repo: Path, serving: Serving) -> None:
+    with serving.server(repo, env={"MODELYARD_SHM_DIR": "/nonexistent-shm"}) as srv:
         c = httpclient.InferenceServerClient(srv.http_url)
         data = np.arange(500_000, dtype=np.float32)
         np.testing.assert_array_equal(
-            c.infer("py_identity", [_in("INPUT0", data, "FP32")]).as_numpy("OUTPUT0"), data
+            c.infer("py_identity", [http_input("INPUT0", data, "FP32")]).as_numpy("OUTPUT0"), data
         )
-        assert "tensors travel inline" in srv.output()
-    finally:
-        srv.stop()
+        wait_for_log(srv, "tensors travel inline")

@@ -14,6 +14,8 @@ import json
 import queue
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,15 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 from tritonclient.utils import InferenceServerException
 
-from tests.backends.python.test_bls import MODES, Served, drive, make_repo, start_in_mode
+from tests.backends.python.test_bls import Served, drive
+from tests.conftest import Serving
+from tests.helpers import (
+    MODES,
+    grpc_input,
+    wait_for_log,
+    wait_until,
+    wait_until_async,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,25 +47,25 @@ NOT_CONFIGURED = (
 
 @pytest.fixture(scope="module", params=MODES)
 def served(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, serving: Serving, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
-    repo = make_repo(tmp_path_factory.mktemp("resched_repo"), MODELS)
-    server = start_in_mode(repo, request.param)
-    yield Served(server, request.param)
-    server.stop()
+    started = tmp_path_factory.mktemp("started")  # cancel_child marks the requests it runs
+    with serving.server(models=MODELS, mode=request.param,
+                        env={"CANCEL_CHILD_STARTED": str(started)}) as server:  # fmt: skip
+        yield Started(server, request.param, started)
 
 
-def _int_in(n: int, aio: bool = False) -> list[Any]:
-    t = (grpcaio if aio else grpcclient).InferInput("IN", [1], "INT32")
-    t.set_data_from_numpy(np.array([n], np.int32))
-    return [t]
+@dataclass
+class Started(Served):
+    started: Path  # cancel_child creates a file named by a request's id when it starts it
 
 
-def _fp32_in(values: Any, aio: bool = False) -> list[Any]:
-    arr = np.asarray(values, np.float32)
-    t = (grpcaio if aio else grpcclient).InferInput("IN", list(arr.shape), "FP32")
-    t.set_data_from_numpy(arr)
-    return [t]
+def _int_in(n: int) -> list[Any]:
+    return [grpc_input("IN", np.array([n], np.int32))]
+
+
+def _fp32_in(values: Any) -> list[Any]:
+    return [grpc_input("IN", np.asarray(values, np.float32))]
 
 
 def _countdown(result: Any) -> tuple[int, int, bool]:
@@ -89,7 +99,7 @@ async def test_concurrent_iterative_sequences_keep_their_slots(served: Served) -
         async with grpcaio.InferenceServerClient(served.server.grpc_url) as client:
 
             async def requests() -> Any:
-                yield {"model_name": "resched_countdown", "inputs": _int_in(n, aio=True)}
+                yield {"model_name": "resched_countdown", "inputs": _int_in(n)}
 
             out = []
             async for result, error in client.stream_infer(requests(), stream_timeout=30):
@@ -114,7 +124,7 @@ async def test_a_cancelled_iterative_request_lets_the_model_reset(served: Served
         seen = 0
 
         async def requests() -> Any:
-            yield {"model_name": "resched_countdown", "inputs": _int_in(10**7, aio=True)}
+            yield {"model_name": "resched_countdown", "inputs": _int_in(10**7)}
             await asyncio.sleep(30)  # keep the stream open until it is cancelled
 
         async def consume() -> None:
@@ -124,8 +134,7 @@ async def test_a_cancelled_iterative_request_lets_the_model_reset(served: Served
                 seen += 1
 
         task = asyncio.ensure_future(consume())
-        while seen < 5:
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: seen >= 5)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -182,7 +191,7 @@ def test_rescheduling_without_iterative_sequence_ends_the_request(served: Served
         client.stop_stream()
     assert e1 is None and first.as_numpy("OUT").tolist() == [7]
     assert second is None and e2.message() == NOT_CONFIGURED
-    assert NOT_CONFIGURED in served.server.output()
+    wait_for_log(served.server, NOT_CONFIGURED)  # logged, as Triton logs it
 
 
 # -- cancelling BLS calls ------------------------------------------------------------------
@@ -204,21 +213,31 @@ def _wait_report(client: Any, model: str, expected: str) -> str:
     return text
 
 
+DEADLINE_S = 2.0  # a client deadline: long enough for the calls to have started under load
+
+
+def _child_started(served: Served, rid: str) -> bool:
+    assert isinstance(served, Started)
+    return (served.started / rid).exists()
+
+
 def _cancel_with(how: str, served: Served, model: str, rid: str) -> None:
-    """Start ``rid`` on ``model`` and cancel it the way ``how`` says, after 0.5 s."""
+    """Start ``rid`` on ``model`` and cancel it the way ``how`` says: by a deadline, or once
+    its first BLS call runs (cancel_parent makes both calls at once, so the second one has
+    reached the server by then: it waits behind the first on cancel_child's one instance)."""
     url = served.server.grpc_url
     if how == "deadline":
         with grpcclient.InferenceServerClient(url) as client:
             with pytest.raises(InferenceServerException) as e:
-                client.infer(model, _fp32_in([1]), request_id=rid, client_timeout=0.5)
+                client.infer(model, _fp32_in([1]), request_id=rid, client_timeout=DEADLINE_S)
             assert e.value.status() == "StatusCode.DEADLINE_EXCEEDED"
     elif how == "aio-cancel":
 
         async def run() -> None:
             async with grpcaio.InferenceServerClient(url) as client:
-                call = asyncio.ensure_future(client.infer(model, _fp32_in([1], aio=True),
+                call = asyncio.ensure_future(client.infer(model, _fp32_in([1]),
                                                           request_id=rid))  # fmt: skip
-                await asyncio.sleep(0.5)
+                await wait_until_async(lambda: _child_started(served, f"{rid}-a"))
                 call.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await call
@@ -229,7 +248,7 @@ def _cancel_with(how: str, served: Served, model: str, rid: str) -> None:
         try:
             client.start_stream(callback=lambda result, error: None)
             client.async_stream_infer(model, _fp32_in([1]), request_id=rid)
-            time.sleep(0.5)
+            wait_until(lambda: _child_started(served, f"{rid}-a"))
             client.stop_stream(cancel_requests=True)
         finally:
             client.close()
@@ -279,14 +298,12 @@ def _observe_rescheduling(url: str) -> dict[str, Any]:
 
 @pytest.mark.reference
 @pytest.mark.timeout(180)
-def test_rescheduling_matches_the_reference(
-    served: Served, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def test_rescheduling_matches_the_reference(served: Served, serving: Serving) -> None:
     from tests.reference import reference_available, start_reference
 
     if served.mode != "process" or not reference_available():
         pytest.skip("reference Triton is not installed (or already compared in process mode)")
-    repo = make_repo(tmp_path_factory.mktemp("resched_ref"), ["resched_countdown", "resched_once"])
+    repo = serving.repo(["resched_countdown", "resched_once"])
     ref = start_reference(repo, timeout=120)
     try:
         expected = _observe_rescheduling(ref.grpc_url)

@@ -15,7 +15,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.backends.python.test_bls import MODES, TIMEOUT_S, make_repo, start_in_mode
+from tests.backends.python.test_bls import TIMEOUT_S
+from tests.conftest import Serving
+from tests.helpers import MODES
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(90)
@@ -25,12 +27,9 @@ PARAMS = {"bool": True, "str": "Hello World!", "int": 1024}
 
 
 @pytest.fixture(scope="module", params=MODES)
-def served(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    server = start_in_mode(make_repo(tmp_path_factory.mktemp("params_repo"), MODELS), request.param)
-    yield server
-    server.stop()
+def served(request: pytest.FixtureRequest, serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(models=MODELS, mode=request.param) as server:
+        yield server
 
 
 def _text(value: Any) -> np.ndarray:
@@ -112,7 +111,7 @@ def test_bad_parameters_raise_tritons_errors(
 
 
 def test_decoupled_responses_carry_their_parameters(served: ServerProcess) -> None:
-    sent = [{"bool": False, "int": 2048}, {"str": "Hello World!"}, {}]
+    sent: list[dict[str, Any]] = [{"bool": False, "int": 2048}, {"str": "Hello World!"}, {}]
     got: queue.Queue[Any] = queue.Queue()
     with grpcclient.InferenceServerClient(served.grpc_url) as client:
         client.start_stream(callback=lambda result, error: got.put(error or result))

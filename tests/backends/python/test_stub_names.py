@@ -12,9 +12,10 @@ from tritonclient.utils import InferenceServerException
 
 from modelyard.backends.python.server.backend import check_stub_name
 from modelyard.errors import ErrorCode, VersionLoadError
-from tests.backends.python.test_bls import MODES
+from tests.conftest import Serving
 from tests.core.modelfiles import config_json, model_source, write_model
-from tests.serverproc import ServerProcess, start_server
+from tests.helpers import MODES
+from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -36,17 +37,12 @@ def test_ordinary_names_pass() -> None:
 
 
 @pytest.fixture(scope="module", params=MODES)
-def served(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("names_repo")
+def served(request: pytest.FixtureRequest, serving: Serving) -> Iterator[ServerProcess]:
+    repo = serving.repo()
     write_model(repo, "in(repo)")
-    args = ["--model-control-mode=explicit", "--load-model=*"]
-    if request.param == "in-process":
-        args += ["--backend-config", "python,execution-mode=in-process"]
-    server = start_server(repo, *args)
-    yield server
-    server.stop()
+    with serving.server(repo, "--model-control-mode=explicit", "--load-model=*",
+                        mode=request.param) as server:  # fmt: skip
+        yield server
 
 
 @pytest.mark.parametrize("name", ["model$test", "model;test", "model'test'", "model*test"])

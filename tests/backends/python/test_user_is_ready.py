@@ -6,7 +6,6 @@ within 5 s times out, and while it runs, other queries share it instead of calli
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,37 +16,33 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from tests.conftest import Serving
 from tests.healthmodels import IS_READY, IS_READY_ASYNC, STEADY, write_model
-from tests.serverproc import ServerProcess, start_server
+from tests.helpers import MODES, http_input, wait_until
+from tests.serverproc import ServerProcess
 
-MODES = {"process": (), "in-process": ("--backend-config", "python,execution-mode=in-process")}
 WAIT_S = 90.0  # guards against hanging only
 
 
 def _until(what: str, check: Callable[[], Any], limit: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + limit
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
+    return wait_until(check, limit, what=what)
 
 
 def _until_logged(server: ServerProcess, line: str) -> None:
     _until(f"the log line {line!r}", lambda: line in server.output())
 
 
-@pytest.fixture(scope="module", params=list(MODES))
+@pytest.fixture(scope="module", params=MODES)
 def served(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, serving: Serving
 ) -> Iterator[tuple[ServerProcess, Path]]:
-    root = tmp_path_factory.mktemp("is_ready")
+    root = serving.repo()
     for name, source in (("ready_sync", IS_READY), ("ready_async", IS_READY_ASYNC)):
         folder = write_model(root, name, source)
         (folder / "mode").write_text("true")
     write_model(root, "plain", STEADY)
-    server = start_server(root, "--log-verbose", "1", *MODES[request.param])
-    yield server, root
-    server.stop()
+    with serving.server(root, "--log-verbose", "1", mode=request.param) as server:
+        yield server, root
 
 
 def _set_mode(root: Path, model: str, mode: str) -> None:
@@ -81,8 +76,7 @@ def test_is_ready_variants(served: tuple[ServerProcess, Path], model: str) -> No
         if text is not None:
             _until_logged(server, f"Model '{model}' version 1 is not ready: {text}")
     # Readiness does not gate inference (as Triton): the model serves whatever it says.
-    x = httpclient.InferInput("IN", [1], "FP32")
-    x.set_data_from_numpy(np.array([7], np.float32))
+    x = http_input("IN", np.array([7], np.float32))
     assert http.infer(model, [x]).as_numpy("OUT")[0] == 7
     _set_mode(root, model, "true")
     assert http.is_model_ready(model) and http.is_server_ready()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,8 +22,10 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from modelyard.backends.python.server.restart import RestartPolicy, describe_exit
+from tests.conftest import Serving
 from tests.healthmodels import CRASHY, FLAKY, STEADY, write_model
-from tests.serverproc import ServerProcess, start_server
+from tests.helpers import grpc_input, http_input, wait_for_log, wait_until
+from tests.serverproc import ServerProcess
 
 BACKOFF = ("--backend-config", "python,restart-backoff-seconds=0.5",
            "--backend-config", "python,restart-backoff-max-seconds=2")  # fmt: skip
@@ -32,19 +33,13 @@ WAIT_S = 90.0  # guards against hanging only
 
 
 def _until(what: str, check: Callable[[], Any], limit: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + limit
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    return wait_until(check, limit, what=what)
 
 
 def _in(mod: Any, value: float) -> list[Any]:
-    x = mod.InferInput("IN", [1], "FP32")
-    x.set_data_from_numpy(np.array([value], np.float32))
-    return [x]
+    """The models' input IN for ``mod`` (a tritonclient protocol module)."""
+    make = http_input if mod is httpclient else grpc_input
+    return [make("IN", np.array([value], np.float32))]
 
 
 def _index_entry(http: httpclient.InferenceServerClient, name: str) -> dict[str, Any]:
@@ -55,8 +50,8 @@ def _index_entry(http: httpclient.InferenceServerClient, name: str) -> dict[str,
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("health")
+def repo(serving: Serving) -> Path:
+    root = serving.repo()
     write_model(root, "health_flaky", FLAKY)
     write_model(root, "health_crashy", CRASHY)
     write_model(root, "health_steady", STEADY)
@@ -64,10 +59,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path) -> Iterator[ServerProcess]:
-    srv = start_server(repo, *BACKOFF)
-    yield srv
-    srv.stop()
+def server(serving: Serving, repo: Path) -> Iterator[ServerProcess]:
+    with serving.server(repo, *BACKOFF) as srv:
+        yield srv
 
 
 def test_backoff_policy_and_exit_texts() -> None:
@@ -121,11 +115,12 @@ def test_a_failed_restart_is_retried_until_initialize_succeeds(
     assert grpc.infer(name, _in(grpcclient, 4)).as_numpy("OUT")[0] == 8
     assert _index_entry(http, name) == {"name": name, "version": "1", "state": "READY"}
     assert http.is_server_ready() and grpc.is_server_ready()
-    log = server.output()
-    assert "worker process of model instance 'health_flaky_0_0' exited with code 3; " in log
-    assert ("restart of model instance 'health_flaky_0_0' failed (attempt 1; its worker exited "
-            "with code 3; next attempt in 0.5 s): RuntimeError: initialize refused") in log  # fmt: skip
-    assert "model instance 'health_flaky_0_0' restarted" in log
+    # (each line may not have been read from the server's output yet)
+    wait_for_log(server, "worker process of model instance 'health_flaky_0_0' exited with code 3; ")
+    wait_for_log(server, "restart of model instance 'health_flaky_0_0' failed (attempt 1; its "
+                 "worker exited with code 3; next attempt in 0.5 s): RuntimeError: initialize "
+                 "refused")  # fmt: skip
+    wait_for_log(server, "model instance 'health_flaky_0_0' restarted")
 
 
 def test_a_crash_loop_is_held_back_without_starving_another_model(
@@ -157,17 +152,19 @@ def test_a_crash_loop_is_held_back_without_starving_another_model(
     assert all(m.startswith("Stub process 'health_crashy_0_0' is not healthy.") for m in messages)
     held = [m for m in messages if "backing off" in m]
     assert held, messages  # answered at once while the restarts backed off
-    crashes = server.output().count("model instance 'health_crashy_0_0' exited with code 7")
-    assert 2 <= crashes < requests
+    crash = "model instance 'health_crashy_0_0' exited with code 7"
+    wait_until(lambda: server.output().count(crash) >= 2, what="two crashes in the log")
+    assert server.output().count(crash) < requests
 
 
 @pytest.mark.parametrize("strict", [True, False])
-def test_server_readiness_during_a_restart(tmp_path: Path, strict: bool) -> None:
+def test_server_readiness_during_a_restart(serving: Serving, strict: bool) -> None:
     """The only instance is restarting (its initialize held up): not ready, and the server
     not ready with strict readiness; a request sent meanwhile waits for the restart."""
-    folder = write_model(tmp_path, "health_flaky", FLAKY)
-    server = start_server(tmp_path, "--strict-readiness", str(strict).lower(), "--log-verbose", "1")
-    try:
+    repo = serving.repo()
+    folder = write_model(repo, "health_flaky", FLAKY)
+    with serving.server(repo, "--strict-readiness", str(strict).lower(),
+                        "--log-verbose", "1") as server:  # fmt: skip
         http = httpclient.InferenceServerClient(server.http_url)
         name = "health_flaky"
         assert http.infer(name, _in(httpclient, 1)).as_numpy("OUT")[0] == 2
@@ -196,8 +193,6 @@ def test_server_readiness_during_a_restart(tmp_path: Path, strict: bool) -> None
             assert pending.result(WAIT_S) == 6
         _until("the model to be ready", lambda: http.is_model_ready(name))
         assert http.is_server_ready()
-    finally:
-        server.stop()
 
 
 def _worker_pid(server_pid: int) -> int:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -14,14 +16,17 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.helpers import MODELS, grpc_input, http_input
+from tests.serverproc import ServerProcess
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings(
     "ignore:`torch.jit.script` is deprecated:DeprecationWarning"
 )
-
-MODELS = Path(__file__).resolve().parents[2] / "models"
 
 ADD_SUB_CONFIG = """
 backend: "pytorch"
@@ -65,15 +70,14 @@ def _model(root: Path, name: str, module: torch.nn.Module, config: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("torch_repo")
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    root = serving.repo()
     _model(root, "torch_add_sub", AddSub(), ADD_SUB_CONFIG)
     _model(root, "torch_named", Difference(), NAMED_CONFIG)
     _model(root, "torch_wrong_count", AddSub(), WRONG_COUNT_CONFIG)
     shutil.copytree(MODELS / "bls_native", root / "bls_native")
-    srv = start_server(root)
-    yield srv
-    srv.stop()
+    with serving.server(root) as srv:
+        yield srv
 
 
 @pytest.fixture()
@@ -81,13 +85,9 @@ def http(server: ServerProcess) -> httpclient.InferenceServerClient:
     return httpclient.InferenceServerClient(server.http_url)
 
 
-def _inputs(mod, *arrays):  # type: ignore[no-untyped-def]
-    out = []
-    for name, arr, dt in arrays:
-        t = mod.InferInput(name, list(arr.shape), dt)
-        t.set_data_from_numpy(arr)
-        out.append(t)
-    return out
+def _inputs(mod: ModuleType, *arrays: tuple[str, np.ndarray[Any, Any], str]) -> list[Any]:
+    make = http_input if mod is httpclient else grpc_input
+    return [make(name, arr, dt) for name, arr, dt in arrays]
 
 
 def test_indexed_names_with_batching(http: httpclient.InferenceServerClient,

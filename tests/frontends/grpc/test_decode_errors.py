@@ -7,7 +7,6 @@ tritonclient would never build."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -15,23 +14,19 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
 TIMEOUT = 30.0
 SERVICE = "/inference.GRPCInferenceService/"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("decode_repo")
-    (repo / "http_gate").symlink_to(MODELS / "http_gate")
-    srv = start_server(repo, "--allow-http=false", "--allow-metrics=false", timeout=120,
-                       expect=("grpc",))  # fmt: skip
-    yield srv
-    srv.stop()
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(models=["http_gate"], endpoints=("grpc",)) as srv:
+        yield srv
 
 
 def _unary(server: ServerProcess, method: str, body: bytes) -> tuple[grpc.StatusCode, str]:

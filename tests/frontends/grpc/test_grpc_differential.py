@@ -5,23 +5,20 @@ Skipped when the reference is not installed (``shared/reference/triton install``
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import Serving
 from tests.frontends.grpc import grpc_probes
 from tests.reference import reference_available, start_reference
-from tests.serverproc import start_server
 
 pytestmark = [
     pytest.mark.reference,
     pytest.mark.skipif(not reference_available(), reason="reference Triton is not installed"),
 ]
 
-TEST_MODELS = Path(__file__).resolve().parents[2] / "models"
 MODELS = ("grpc_identity_all", "grpc_decoupled", "grpc_slow", "grpc_raise")
 
 # Known differences (key -> why); everything else must match. Not probed at all: CUDA
@@ -34,11 +31,8 @@ DIFFERENT: dict[str, str] = {
 
 
 @pytest.fixture(scope="module")
-def observations(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
-    repo = tmp_path_factory.mktemp("grpc_repo")
-    for name in MODELS:
-        shutil.copytree(TEST_MODELS / name, repo / name,
-                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+def observations(serving: Serving) -> Iterator[tuple[Any, Any]]:
+    repo = serving.repo(MODELS, copy=True)
     args = ("--model-control-mode=explicit", *(f"--load-model={m}" for m in MODELS))
     observed = []
     ref = start_reference(repo, *args, timeout=120)
@@ -46,12 +40,8 @@ def observations(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any
         observed.append(_observe(ref.grpc_url, attempts=3))
     finally:
         ref.stop()
-    mine = start_server(repo, "--model-control-mode", "explicit",
-                        *(a for m in MODELS for a in ("--load-model", m)), timeout=120)  # fmt: skip
-    try:
+    with serving.server(repo, *args) as mine:
         observed.append(_observe(mine.grpc_url))
-    finally:
-        mine.stop()
     yield observed[0], observed[1]
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,11 +16,10 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.helpers import EXAMPLES, grpc_input, make_repo, wait_until
+from tests.serverproc import ServerProcess
 
-ROOT = Path(__file__).resolve().parents[3]
-TEST_MODELS = ROOT / "tests" / "models"
-EXAMPLES = ROOT / "examples" / "model_repository"
 MODELS = ["grpc_identity_all", "grpc_decoupled", "grpc_slow", "grpc_raise"]
 TIMEOUT = 30.0
 
@@ -33,42 +31,26 @@ _NP = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.ui
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(serving: Serving) -> Iterator[ServerProcess]:
     """The grpc_* test models and the examples' add_sub, loaded explicitly; the examples'
     string_upper is in the repository but not loaded."""
-    repo = tmp_path_factory.mktemp("grpc_repo")
-    for name in MODELS:
-        (repo / name).symlink_to(TEST_MODELS / name)
-    load = [a for m in MODELS for a in ("--load-model", m)]
-    for name in ("add_sub", "string_upper"):
-        if (EXAMPLES / name).is_dir():
-            (repo / name).symlink_to(EXAMPLES / name)
-    if (EXAMPLES / "add_sub").is_dir():
-        load += ["--load-model", "add_sub"]
-    proc = start_server(repo, "--model-control-mode", "explicit", *load, timeout=120.0)
-    try:
+    repo = make_repo(serving.repo(MODELS), ["add_sub", "string_upper"], EXAMPLES)
+    load = [a for m in [*MODELS, "add_sub"] for a in ("--load-model", m)]
+    with serving.server(repo, "--model-control-mode", "explicit", *load) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def _array(datatype: str, n: int = 6) -> np.ndarray[Any, Any]:
     if datatype == "BYTES":
         return np.array([f"v{i}".encode() * i for i in range(n)], dtype=np.object_)
     if datatype == "BOOL":
-        return np.arange(n) % 3 == 0
+        mask: np.ndarray[Any, Any] = np.arange(n) % 3 == 0
+        return mask
     return np.arange(n).astype(_NP[datatype])
 
 
-def _input(name: str, array: np.ndarray[Any, Any], datatype: str, aio: bool = False) -> Any:
-    cls = aioclient.InferInput if aio else grpcclient.InferInput
-    inp = cls(name, list(array.shape), datatype)
-    inp.set_data_from_numpy(array)
-    return inp
-
-
 def _fp32(name: str, array: np.ndarray[Any, Any]) -> Any:
-    return _input(name, array.astype(np.float32), "FP32")
+    return grpc_input(name, array.astype(np.float32), "FP32")
 
 
 def _status(e: pytest.ExceptionInfo[InferenceServerException]) -> str:
@@ -137,7 +119,7 @@ def test_add_sub_example(client: Any) -> None:
 
 
 def test_every_datatype_raw(client: Any) -> None:
-    inputs = [_input(f"IN_{dt}", _array(dt), dt) for dt in DATATYPES]
+    inputs = [grpc_input(f"IN_{dt}", _array(dt), dt) for dt in DATATYPES]
     result = client.infer("grpc_identity_all", inputs)
     for dt in DATATYPES:
         got = result.as_numpy(f"OUT_{dt}")
@@ -148,8 +130,8 @@ def test_every_datatype_raw(client: Any) -> None:
 
 def test_requested_outputs_subset(client: Any) -> None:
     inputs = [
-        _input("IN_INT32", _array("INT32"), "INT32"),
-        _input("IN_FP64", _array("FP64"), "FP64"),
+        grpc_input("IN_INT32", _array("INT32"), "INT32"),
+        grpc_input("IN_FP64", _array("FP64"), "FP64"),
     ]
     outputs = [grpcclient.InferRequestedOutput("OUT_FP64")]
     result = client.infer("grpc_identity_all", inputs, outputs=outputs)
@@ -217,7 +199,7 @@ def test_infer_errors(client: Any) -> None:
     assert e.value.message() == "Request for unknown model: 'nosuch' is not found"
 
     with pytest.raises(InferenceServerException) as e:
-        client.infer("grpc_slow", [_input("IN", x.astype(np.int32), "INT32")])
+        client.infer("grpc_slow", [grpc_input("IN", x.astype(np.int32), "INT32")])
     assert _status(e) == "StatusCode.INVALID_ARGUMENT"
     assert "data-type is 'INT32', but model 'grpc_slow' expects 'FP32'" in e.value.message()
 
@@ -231,7 +213,7 @@ def test_infer_errors(client: Any) -> None:
     assert _status(e) == "StatusCode.INVALID_ARGUMENT"
 
     with pytest.raises(InferenceServerException) as e:
-        client.infer("grpc_decoupled", [_input("IN", np.array([1], np.int32), "INT32")])
+        client.infer("grpc_decoupled", [grpc_input("IN", np.array([1], np.int32), "INT32")])
     assert _status(e) == "StatusCode.UNIMPLEMENTED"
     assert e.value.message() == (
         "ModelInfer RPC doesn't support models with decoupled transaction policy"
@@ -273,7 +255,7 @@ class Collector:
 
 
 def _count(n: int) -> list[Any]:
-    return [_input("IN", np.array([n], np.int32), "INT32")]
+    return [grpc_input("IN", np.array([n], np.int32), "INT32")]
 
 
 def _final(result: Any) -> bool:
@@ -397,11 +379,11 @@ async def test_aio_client(server: ServerProcess) -> None:
         assert await client.is_server_live()
         assert await client.is_model_ready("grpc_slow")
         x = np.arange(5, dtype=np.float32)
-        inp = _input("IN", x, "FP32", aio=True)
+        inp = grpc_input("IN", x, "FP32")
         result = await client.infer("grpc_slow", [inp], request_id="a1")
         np.testing.assert_array_equal(result.as_numpy("OUT"), x)
 
-        count = _input("IN", np.array([2], np.int32), "INT32", aio=True)
+        count = grpc_input("IN", np.array([2], np.int32), "INT32")
 
         async def requests() -> Any:
             yield {"model_name": "grpc_decoupled", "inputs": [count], "request_id": "s1"}
@@ -462,10 +444,7 @@ def test_repository_load_unload(client: Any) -> None:
         assert by_name["string_upper"] == {"name": "string_upper"}  # present, never loaded
 
     client.unload_model("grpc_raise")
-    deadline = time.monotonic() + TIMEOUT
-    while client.is_model_ready("grpc_raise") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not client.is_model_ready("grpc_raise")
+    wait_until(lambda: not client.is_model_ready("grpc_raise"), TIMEOUT, what="the unload")
     client.load_model("grpc_raise")
     assert client.is_model_ready("grpc_raise")
     client.unload_model("nosuch")  # unknown: OK, as Triton

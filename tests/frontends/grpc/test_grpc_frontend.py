@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import queue
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing import shared_memory
@@ -38,11 +37,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from modelyard.cli.main import GRPC_ENVIRONMENT, apply_grpc_environment
+from tests.conftest import Serving
+from tests.helpers import grpc_input, metric_value, read_metrics, wait_until
 from tests.serverproc import ServerProcess, start_server
 
 pytestmark = pytest.mark.timeout(60)
 
-TEST_MODELS = Path(__file__).resolve().parents[2] / "models"
 LOADED = ["grpc_identity_all", "grpc_slow", "grpc_decoupled", "grpc_raise", "grpc_script",
           "grpc_echo"]  # fmt: skip
 TIMEOUT = 10.0  # any one wait: a client call, one streamed response
@@ -52,37 +53,25 @@ DECOUPLED_UNSUPPORTED = "ModelInfer RPC doesn't support models with decoupled tr
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(serving: Serving) -> Iterator[ServerProcess]:
     """One server for the module: explicit mode, the LOADED models loaded; grpc_init_gate is in
     the repository but not loaded."""
-    repo = tmp_path_factory.mktemp("grpc_frontend_repo")
-    for name in [*LOADED, "grpc_init_gate"]:
-        (repo / name).symlink_to(TEST_MODELS / name)
+    repo = serving.repo([*LOADED, "grpc_init_gate"])
     load = [a for name in LOADED for a in ("--load-model", name)]
-    proc = start_server(repo, "--model-control-mode", "explicit", *load, timeout=120.0)
-    try:
+    with serving.server(repo, "--model-control-mode", "explicit", *load) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 # -- inputs and results --------------------------------------------------------------------
 
 
-def _input(name: str, array: np.ndarray[Any, Any], datatype: str, aio: bool = False) -> Any:
-    cls = aioclient.InferInput if aio else grpcclient.InferInput
-    inp = cls(name, list(array.shape), datatype)
-    inp.set_data_from_numpy(array)
-    return inp
-
-
 def _fp32(values: Any, name: str = "IN") -> list[Any]:
-    return [_input(name, np.asarray(values, dtype=np.float32), "FP32")]
+    return [grpc_input(name, np.asarray(values, dtype=np.float32), "FP32")]
 
 
-def _echo_in(values: Any = (1.0,), aio: bool = False) -> list[Any]:
+def _echo_in(values: Any = (1.0,)) -> list[Any]:
     """grpc_echo's input: a batch of one."""
-    return [_input("IN", np.asarray([values], dtype=np.float32), "FP32", aio)]
+    return [grpc_input("IN", np.asarray([values], dtype=np.float32), "FP32")]
 
 
 def _echo(result: Any) -> dict[str, Any]:
@@ -90,14 +79,14 @@ def _echo(result: Any) -> dict[str, Any]:
     return dict(json.loads(result.as_numpy("ECHO")[0][0]))
 
 
-def _count(n: int, aio: bool = False) -> list[Any]:
-    return [_input("IN", np.array([n], np.int32), "INT32", aio)]
+def _count(n: int) -> list[Any]:
+    return [grpc_input("IN", np.array([n], np.int32), "INT32")]
 
 
-def _script(*steps: dict[str, Any], aio: bool = False) -> list[Any]:
+def _script(*steps: dict[str, Any]) -> list[Any]:
     """grpc_script's input: the steps it plays (see its config.pbtxt)."""
     text = np.array([json.dumps(steps).encode()], dtype=np.object_)
-    return [_input("SCRIPT", text, "BYTES", aio)]
+    return [grpc_input("SCRIPT", text, "BYTES")]
 
 
 def _status(e: pytest.ExceptionInfo[InferenceServerException]) -> str:
@@ -166,6 +155,18 @@ def test_logs_bound_port_and_a_taken_port_fails(server: ServerProcess, tmp_path:
         assert c.is_server_live(client_timeout=TIMEOUT)  # the first one is unaffected
 
 
+def test_grpc_environment(server: ServerProcess) -> None:
+    """``modelyard serve`` sets grpc's environment (README): grpcio knows the experiments it
+    turns off (an unknown one is logged at startup), and a value the user set wins."""
+    assert "Unknown experiment" not in server.output()
+    env: dict[str, str] = {}
+    apply_grpc_environment(env)
+    assert env == GRPC_ENVIRONMENT
+    env = {"GRPC_EXPERIMENTS": ""}
+    apply_grpc_environment(env)
+    assert env == {**GRPC_ENVIRONMENT, "GRPC_EXPERIMENTS": ""}
+
+
 # -- health and metadata -------------------------------------------------------------------
 
 
@@ -218,7 +219,7 @@ def test_health_and_metadata(client: Any) -> None:
 def test_infer(client: Any) -> None:
     a = np.arange(16, dtype=np.float32)
     b = np.arange(16, dtype=np.int32) - 8
-    inputs = [_input("IN_FP32", a, "FP32"), _input("IN_INT32", b, "INT32")]
+    inputs = [grpc_input("IN_FP32", a, "FP32"), grpc_input("IN_INT32", b, "INT32")]
     result = client.infer("grpc_identity_all", inputs, request_id="r-1", client_timeout=TIMEOUT)
     np.testing.assert_array_equal(result.as_numpy("OUT_FP32"), a)
     np.testing.assert_array_equal(result.as_numpy("OUT_INT32"), b)
@@ -240,7 +241,7 @@ def test_infer(client: Any) -> None:
 def test_infer_large_and_bytes(client: Any) -> None:
     big = np.random.default_rng(0).random(4 << 20, dtype=np.float32)  # 16 MiB
     strings = np.array([b"a", b"", "\u00e9".encode(), b"\x00" * 5], dtype=np.object_)
-    inputs = [_input("IN_FP32", big, "FP32"), _input("IN_BYTES", strings, "BYTES")]
+    inputs = [grpc_input("IN_FP32", big, "FP32"), grpc_input("IN_BYTES", strings, "BYTES")]
     result = client.infer("grpc_identity_all", inputs, client_timeout=60)
     np.testing.assert_array_equal(result.as_numpy("OUT_FP32"), big)
     np.testing.assert_array_equal(result.as_numpy("OUT_BYTES"), strings)
@@ -278,26 +279,39 @@ def test_infer_passes_request_fields_to_the_model(client: Any) -> None:
     assert (echo["correlation_id"], echo["flags"], echo["request_id"]) == ("abc", 2, "")
 
 
-def test_priority_reaches_the_scheduler(client: Any) -> None:
+def test_priority_reaches_the_scheduler(client: Any, server: ServerProcess, tmp_path: Path) -> None:
     """While grpc_echo's one instance is busy, a priority-1 request sent after a priority-2
-    one is taken first (the frontend passes ``priority`` on; default level is 2)."""
+    one is taken first (the frontend passes ``priority`` on; default level is 2). The busy
+    request holds the instance until both wait in the queue, then the test cancels it."""
     done: queue.Queue[tuple[str, Any, Any]] = queue.Queue()
 
-    def send(rid: str, **kwargs: Any) -> None:
-        client.async_infer("grpc_echo", _echo_in(), request_id=rid, client_timeout=TIMEOUT,
-                           callback=lambda result, error: done.put((rid, result, error)),
-                           **kwargs)  # fmt: skip
+    def send(rid: str, **kwargs: Any) -> Any:
+        return client.async_infer(
+            "grpc_echo", _echo_in(), request_id=rid, client_timeout=STREAM_TIMEOUT,
+            callback=lambda result, error: done.put((rid, result, error)), **kwargs,
+        )  # fmt: skip
 
-    send("busy", parameters={"wait_cancel_ms": 600})
-    time.sleep(0.1)
+    started = tmp_path / "busy-started"
+    busy = send("busy", parameters={"wait_cancel_ms": 30_000, "started_file": str(started)})
+    wait_until(started.exists, what="the busy request to run")
     send("low", priority=2)
     send("high", priority=1)
-    seq = {}
+    wait_until(lambda: _pending(server, "grpc_echo") == 2, what="low and high to queue")
+    busy.cancel()
+    seq, errors = {}, {}
     for _ in range(3):
-        rid, result, error = done.get(timeout=TIMEOUT)
-        assert error is None, error
-        seq[rid] = _echo(result)["seq"]
+        rid, result, error = done.get(timeout=STREAM_TIMEOUT)
+        if error is not None:
+            errors[rid] = error
+        else:
+            seq[rid] = _echo(result)["seq"]
+    assert list(errors) == ["busy"], errors  # cancelled by the test
     assert seq["high"] < seq["low"]
+
+
+def _pending(server: ServerProcess, model: str) -> float | None:
+    text = read_metrics(server.metrics_url)
+    return metric_value(text, "nv_inference_pending_request_count", model=model)
 
 
 def test_priority_out_of_range_uses_the_default_level(client: Any) -> None:
@@ -612,23 +626,22 @@ async def test_aio_client(server: ServerProcess) -> None:
     async with aioclient.InferenceServerClient(server.grpc_url) as client:
         assert await client.is_server_live()
         assert await client.is_model_ready("grpc_echo")
-        result = await client.infer("grpc_echo", _echo_in([1.0, 2.0], aio=True), request_id="a",
+        result = await client.infer("grpc_echo", _echo_in([1.0, 2.0]), request_id="a",
                                     client_timeout=TIMEOUT)  # fmt: skip
         np.testing.assert_array_equal(result.as_numpy("OUT"), [[1.0, 2.0]])
         assert _echo(result)["request_id"] == "a"
         with pytest.raises(InferenceServerException) as e:
-            await client.infer("grpc_script", _script({"final": True}, aio=True))
+            await client.infer("grpc_script", _script({"final": True}))
         assert _status(e) == "StatusCode.UNIMPLEMENTED"
 
         async def requests() -> Any:
             yield {"model_name": "grpc_script", "request_id": "s1",
-                   "inputs": _script({"out": 1}, {"sleep_ms": 100}, {"out": 2, "final": True},
-                                     aio=True)}  # fmt: skip
-            yield {"model_name": "grpc_echo", "inputs": _echo_in(aio=True), "request_id": "s2"}
-            yield {"model_name": "nosuch", "inputs": _echo_in(aio=True), "request_id": "s3"}
+                   "inputs": _script({"out": 1}, {"sleep_ms": 100}, {"out": 2, "final": True})}  # fmt: skip
+            yield {"model_name": "grpc_echo", "inputs": _echo_in(), "request_id": "s2"}
+            yield {"model_name": "nosuch", "inputs": _echo_in(), "request_id": "s3"}
             yield {
                 "model_name": "grpc_decoupled",
-                "inputs": _count(1, aio=True),
+                "inputs": _count(1),
                 "request_id": "s4",
             }
 
@@ -762,13 +775,13 @@ def test_load_with_file_overrides(client: Any) -> None:
 def test_unloaded_model_keeps_its_version_in_the_index(client: Any) -> None:
     client.unload_model("grpc_raise")
     try:
-        deadline = time.monotonic() + TIMEOUT  # Triton unloads in the background
-        while True:
-            index = client.get_model_repository_index(as_json=True)["models"]
+
+        def unloaded() -> list[dict[str, Any]] | None:  # Triton unloads in the background
+            index: list[dict[str, Any]] = client.get_model_repository_index(as_json=True)["models"]
             (entry,) = [m for m in index if m["name"] == "grpc_raise"]
-            if entry["state"] != "UNLOADING" or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+            return None if entry["state"] == "UNLOADING" else index
+
+        index = wait_until(unloaded, TIMEOUT, 0.05, what="the unload")
         assert {"name": "grpc_raise", "version": "1", "state": "UNAVAILABLE",
                 "reason": "unloaded"} in index  # fmt: skip
     finally:
@@ -902,29 +915,31 @@ def test_deadline_cancels_the_request(client: Any) -> None:
 
 
 def _cancelled_by_script(client: Any, expected: set[str]) -> set[str]:
-    """The requests grpc_script saw cancelled, once ``expected`` are among them (or TIMEOUT)."""
-    deadline = time.monotonic() + TIMEOUT
-    while True:
+    """The requests grpc_script saw cancelled, once ``expected`` are among them."""
+
+    def report() -> set[str] | None:
         with _stream(client) as got:
             client.async_stream_infer("grpc_script", _script({"report": True, "final": True}))
             ((result, error),) = got.take(1)
         assert error is None
         ids = set(result.as_numpy("IDS")[0].decode().split(",")) - {""}
-        if expected <= ids or time.monotonic() > deadline:
-            return ids
-        time.sleep(0.05)
+        return ids if expected <= ids else None
+
+    return wait_until(report, STREAM_TIMEOUT, 0.05, what=f"grpc_script to see {expected} cancelled")
 
 
-def test_stream_cancel_with_requests_in_flight(server: ServerProcess) -> None:
+def test_stream_cancel_with_requests_in_flight(server: ServerProcess, tmp_path: Path) -> None:
     """Cancelling the stream cancels every request in flight on it, decoupled or not: the
     models see ``is_cancelled()``; the server keeps serving."""
     client = grpcclient.InferenceServerClient(server.grpc_url)
     got = Collector()
     ids = [f"c{i}" for i in range(5)]
+    started = tmp_path / "ce-started"
     try:
         client.start_stream(callback=got, stream_timeout=STREAM_TIMEOUT)
         client.async_stream_infer("grpc_echo", _echo_in(), request_id="ce",
-                                  parameters={"wait_cancel_ms": 8000})  # fmt: skip
+                                  parameters={"wait_cancel_ms": 8000,
+                                              "started_file": str(started)})  # fmt: skip
         for i, rid in enumerate(ids):
             client.async_stream_infer(
                 "grpc_script",
@@ -933,7 +948,7 @@ def test_stream_cancel_with_requests_in_flight(server: ServerProcess) -> None:
             )
         assert sorted(_summary(r) for r in got.take(5)) == [(rid, i, False) for i, rid in
                                                             enumerate(ids)]  # fmt: skip
-        time.sleep(0.2)  # grpc_echo has surely started "ce" (its instance was idle)
+        wait_until(started.exists, what='grpc_echo to start "ce"')
         client.stop_stream(cancel_requests=True)
     finally:
         client.close()

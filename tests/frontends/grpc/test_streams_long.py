@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
-import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,35 +19,28 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.helpers import grpc_input, wait_until
+from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(90)
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
 TIMEOUT = 10.0  # one response
 N = 1000
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("long_streams")
-    for name in ("grpc_decoupled", "grpc_script"):
-        (repo / name).symlink_to(MODELS / name)
-    proc = start_server(repo, "--allow-http=false", "--allow-metrics=false", expect=("grpc",))
-    yield proc
-    proc.stop()
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(models=["grpc_decoupled", "grpc_script"], endpoints=("grpc",)) as proc:
+        yield proc
 
 
-def _count(n: int, aio: bool = False) -> list[Any]:
-    t = (aioclient if aio else grpcclient).InferInput("IN", [1], "INT32")
-    t.set_data_from_numpy(np.array([n], np.int32))
-    return [t]
+def _count(n: int) -> list[Any]:
+    return [grpc_input("IN", np.array([n], np.int32))]
 
 
-def _script(*steps: dict[str, Any], aio: bool = False) -> list[Any]:
-    t = (aioclient if aio else grpcclient).InferInput("SCRIPT", [1], "BYTES")
-    t.set_data_from_numpy(np.array([json.dumps(steps).encode()], dtype=np.object_))
-    return [t]
+def _script(*steps: dict[str, Any]) -> list[Any]:
+    return [grpc_input("SCRIPT", np.array([json.dumps(steps).encode()], dtype=np.object_))]
 
 
 def _final(result: Any) -> bool:
@@ -77,7 +68,7 @@ async def _aio_stream(url: str, n: int, rid: str) -> list[int]:
     async with aioclient.InferenceServerClient(url) as client:
 
         async def requests() -> AsyncIterator[dict[str, Any]]:
-            yield {"model_name": "grpc_decoupled", "inputs": _count(n, aio=True),
+            yield {"model_name": "grpc_decoupled", "inputs": _count(n),
                    "request_id": rid, "enable_empty_final_response": True}  # fmt: skip
 
         out: list[int] = []
@@ -127,8 +118,8 @@ def test_an_error_in_the_middle_keeps_the_stream_open(server: ServerProcess) -> 
 
 def _cancelled_ids(url: str, expected: str) -> set[str]:
     """The request ids grpc_script saw cancelled, once ``expected`` is among them (bounded)."""
-    deadline = time.monotonic() + TIMEOUT
-    while True:
+
+    def report() -> set[str] | None:
         got: queue.Queue[tuple[Any, Any]] = queue.Queue()
         with grpcclient.InferenceServerClient(url) as client:
             client.start_stream(callback=lambda result, error, q=got: q.put((result, error)))
@@ -137,9 +128,9 @@ def _cancelled_ids(url: str, expected: str) -> set[str]:
             client.stop_stream()
         assert error is None
         ids = set(result.as_numpy("IDS")[0].decode().split(",")) - {""}
-        if expected in ids or time.monotonic() > deadline:
-            return ids
-        time.sleep(0.05)
+        return ids if expected in ids else None
+
+    return wait_until(report, 3 * TIMEOUT, 0.05, what=f"grpc_script to see {expected} cancelled")
 
 
 async def test_cancelling_an_aio_stream_is_seen_by_the_model(server: ServerProcess) -> None:
@@ -148,7 +139,7 @@ async def test_cancelling_an_aio_stream_is_seen_by_the_model(server: ServerProce
 
         async def requests() -> AsyncIterator[dict[str, Any]]:
             yield {"model_name": "grpc_script", "request_id": "aio-x",
-                   "inputs": _script({"out": 5}, {"wait_cancel_ms": 8000}, aio=True)}  # fmt: skip
+                   "inputs": _script({"out": 5}, {"wait_cancel_ms": 8000})}  # fmt: skip
             await asyncio.sleep(30)  # keep the stream open until it is cancelled
 
         async def consume() -> None:

@@ -5,36 +5,26 @@ tritonclient.http.aio client."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import aiohttp
 import pytest
 import tritonclient.http.aio as aioclient
 from multidict import CIMultiDict
 
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.serverproc import ServerProcess
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
 # Loaded at start; py_init_error (fails to initialize) is in the repository but not loaded.
 LOADED = ["http_add", "http_echo", "http_text", "http_stream", "http_raise", "http_decoupled"]
 UNLOADED = ["py_init_error"]
 
 
-def make_repo(root: Path) -> Path:
-    for name in LOADED + UNLOADED:
-        (root / name).symlink_to(MODELS / name)
-    return root
-
-
 @pytest.fixture(scope="module")
-def frontend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = make_repo(tmp_path_factory.mktemp("http_frontend_repo"))
-    srv = start_server(
-        repo, "--model-control-mode=explicit", *(f"--load-model={m}" for m in LOADED),
-        "--allow-grpc=false", "--allow-metrics=false", timeout=120, expect=("http",),
-    )  # fmt: skip
-    yield srv
-    srv.stop()
+def frontend(serving: Serving) -> Iterator[ServerProcess]:
+    repo = serving.repo([*LOADED, *UNLOADED])
+    load = [f"--load-model={m}" for m in LOADED]
+    with serving.server(repo, "--model-control-mode=explicit", *load, endpoints=("http",)) as srv:
+        yield srv
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from modelyard.frontends.http import compression
 from modelyard.frontends.http import infer_body as codec
 from modelyard.frontends.http.errors import HTTP_STATUS, http_status
 from modelyard.types import SEQUENCE_END, SEQUENCE_START, InferResponse, Tensor
+from tests.helpers import http_input
 
 Client = httpclient.InferenceServerClient
 
@@ -48,12 +49,6 @@ def _json_array(dt: str) -> np.ndarray[Any, Any]:
     return JSON_BYTES if dt == "BYTES" else ARRAYS[dt]
 
 
-def _input(name: str, dt: str, arr: np.ndarray[Any, Any], binary: bool) -> httpclient.InferInput:
-    t = httpclient.InferInput(name, list(arr.shape), dt)
-    t.set_data_from_numpy(arr, binary_data=binary)
-    return t
-
-
 def _parse(body: bytes, json_size: int | None, model: str = "m") -> Any:
     return codec.parse_infer_request(model, "", body, json_size)
 
@@ -68,7 +63,7 @@ def _error(exc: pytest.ExceptionInfo[ModelyardError]) -> tuple[int, str]:
 @pytest.mark.parametrize("dt", list(ARRAYS))
 def test_binary_inputs_become_raw_views_of_the_body(dt: str) -> None:
     arr = ARRAYS[dt]
-    body, json_size = Client.generate_request_body([_input("X", dt, arr, True)])
+    body, json_size = Client.generate_request_body([http_input("X", arr, dt, True)])
     request, _ = _parse(body, json_size)
     (tensor,) = request.inputs
     assert (tensor.name, tensor.datatype, tensor.shape) == ("X", dt, arr.shape)
@@ -83,7 +78,7 @@ def test_binary_inputs_become_raw_views_of_the_body(dt: str) -> None:
 @pytest.mark.parametrize("dt", JSON_TYPES)
 def test_json_inputs_become_arrays_of_the_datatype(dt: str) -> None:
     arr = _json_array(dt)
-    body, json_size = Client.generate_request_body([_input("X", dt, arr, False)])
+    body, json_size = Client.generate_request_body([http_input("X", arr, dt, False)])
     assert json_size is None
     request, _ = _parse(body, json_size)
     (tensor,) = request.inputs
@@ -100,8 +95,8 @@ def test_several_binary_and_json_inputs_in_order() -> None:
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     b = np.array([1, 2], np.int64)
     c = np.array([b"x", b"yz"], dtype=np.object_)
-    inputs = [_input("A", "FP32", a, True), _input("B", "INT64", b, False),
-              _input("C", "BYTES", c, True)]  # fmt: skip
+    inputs = [http_input("A", a, "FP32", True), http_input("B", b, "INT64", False),
+              http_input("C", c, "BYTES", True)]  # fmt: skip
     body, json_size = Client.generate_request_body(inputs)
     request, _ = _parse(body, json_size)
     got = {t.name: t for t in request.inputs}
@@ -112,7 +107,7 @@ def test_several_binary_and_json_inputs_in_order() -> None:
 
 def test_request_id_sequence_priority_timeout_and_custom_parameters() -> None:
     body, json_size = Client.generate_request_body(
-        [_input("X", "FP32", np.zeros(1, np.float32), True)],
+        [http_input("X", np.zeros(1, np.float32), "FP32", True)],
         request_id="r-7", sequence_id=42, sequence_start=True, sequence_end=True,
         priority=3, timeout=1500, parameters={"s": "v", "i": -4, "b": False, "f": 0.5},
     )  # fmt: skip
@@ -127,7 +122,7 @@ def test_request_id_sequence_priority_timeout_and_custom_parameters() -> None:
 
 def test_string_sequence_id_and_flags_off() -> None:
     body, json_size = Client.generate_request_body(
-        [_input("X", "FP32", np.zeros(1, np.float32), False)], sequence_id="abc"
+        [http_input("X", np.zeros(1, np.float32), "FP32", False)], sequence_id="abc"
     )
     request, _ = _parse(body, json_size)
     assert request.correlation_id == "abc"
@@ -141,7 +136,7 @@ def test_requested_outputs_binary_json_and_classification() -> None:
         httpclient.InferRequestedOutput("C", binary_data=False, class_count=3),
     ]
     body, json_size = Client.generate_request_body(
-        [_input("X", "FP32", np.zeros(1, np.float32), True)], outputs=outputs
+        [http_input("X", np.zeros(1, np.float32), "FP32", True)], outputs=outputs
     )
     request, plan = _parse(body, json_size)
     assert [o.name for o in request.outputs] == ["B", "J", "C"]
@@ -264,7 +259,7 @@ def test_request_errors_have_tritons_status_and_message(
 
 def test_leftover_binary_bytes_are_rejected() -> None:
     body, json_size = Client.generate_request_body(
-        [_input("X", "FP32", np.zeros(2, np.float32), True)]
+        [http_input("X", np.zeros(2, np.float32), "FP32", True)]
     )
     with pytest.raises(ModelyardError) as exc:
         _parse(body + b"xx", json_size)
@@ -299,14 +294,15 @@ def test_raw_request_fills_the_variable_dim_and_batch() -> None:
     request, plan = codec.raw_infer_request("m", "", body, ("IN", "FP32", (-1,)), 8, 1)
     (tensor,) = request.inputs
     assert (tensor.name, tensor.datatype, tensor.shape) == ("IN", "FP32", (1, 6))
-    assert bytes(tensor.raw) == body
+    assert tensor.raw is not None and bytes(tensor.raw) == body
     assert plan.default_binary is True and request.outputs is None
 
 
 def test_raw_request_bytes_input_is_one_element() -> None:
     request, _ = codec.raw_infer_request("m", "", b"hello", ("S", "BYTES", (1,)), 0, 1)
     assert request.inputs[0].shape == (1,)
-    assert request.inputs[0].data.tolist() == [b"hello"]
+    data = request.inputs[0].data
+    assert data is not None and data.tolist() == [b"hello"]
 
 
 @pytest.mark.parametrize(
@@ -486,7 +482,7 @@ def test_request_encodings() -> None:
     assert compression.request_encoding("gzip") == "gzip"
     with pytest.raises(compression.UnsupportedCompression) as exc:
         compression.request_encoding("br")
-    assert _error(exc) == (501, "Unsupported compression type")  # type: ignore[arg-type]
+    assert _error(exc) == (501, "Unsupported compression type")
 
 
 @pytest.mark.parametrize(

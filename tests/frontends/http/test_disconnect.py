@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,29 +18,23 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.helpers import http_input, metric_value, read_metrics, wait_until
+from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(180)
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
 BOUND_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("disconnect_repo")
-    (repo / "http_gate").symlink_to(MODELS / "http_gate")
-    srv = start_server(repo, "--allow-grpc=false", timeout=120, expect=("http", "metrics"))
-    yield srv
-    srv.stop()
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(models=["http_gate"], endpoints=("http", "metrics")) as srv:
+        yield srv
 
 
 def _wait_for(what: str, check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + BOUND_S
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    wait_until(check, BOUND_S, 0.05, what=what)
 
 
 def _send(server: ServerProcess, request_id: str, params: dict[str, Any]) -> socket.socket:
@@ -57,12 +49,8 @@ def _send(server: ServerProcess, request_id: str, params: dict[str, Any]) -> soc
     return sock
 
 
-def _metric(server: ServerProcess, name: str, labels: str) -> float:
-    text = urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=BOUND_S).read()
-    for line in text.decode().splitlines():
-        if line.startswith(name + "{") and labels in line:
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+def _metric(server: ServerProcess, name: str, **labels: str) -> float:
+    return metric_value(read_metrics(server.metrics_url, BOUND_S), name, **labels) or 0.0
 
 
 def _stats(client: httpclient.InferenceServerClient) -> dict[str, Any]:
@@ -83,7 +71,7 @@ def test_disconnected_client_cancels_its_queued_and_running_requests(
         queued = [_send(server, f"queued{i}", {}) for i in range(2)]
         _wait_for(
             "a request to queue",
-            lambda: _metric(server, "nv_inference_pending_request_count", 'model="http_gate"') >= 1,
+            lambda: _metric(server, "nv_inference_pending_request_count", model="http_gate") >= 1,
         )
         for sock in queued:
             sock.close()
@@ -92,12 +80,11 @@ def test_disconnected_client_cancels_its_queued_and_running_requests(
             "the queued requests to be cancelled", lambda: _stats(client)["fail"]["count"] == 2
         )
         assert _stats(client)["success"]["count"] == 0
-        canceled = _metric(server, "nv_inference_request_failure", 'reason="CANCELED"')
+        canceled = _metric(server, "nv_inference_request_failure", reason="CANCELED")
         assert canceled == 2
         busy.close()  # the running request: the model sees is_cancelled() and returns
 
-        inp = httpclient.InferInput("IN", [1], "FP32")
-        inp.set_data_from_numpy(np.array([2.0], np.float32))
+        inp = http_input("IN", np.array([2.0], np.float32))
         result = client.infer("http_gate", [inp], request_id="probe")
         seen = json.loads(result.as_numpy("SEEN")[0])
         # Every request the model ran before the probe saw itself cancelled: busy, and the

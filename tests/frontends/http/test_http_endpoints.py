@@ -20,11 +20,10 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.helpers import EXAMPLES, http_input, make_repo
+from tests.serverproc import ServerProcess
 
-ROOT = Path(__file__).resolve().parents[3]
-MODELS = ROOT / "tests" / "models"
-EXAMPLES = ROOT / "examples" / "model_repository"
 OUR_MODELS = ["http_identity", "http_raise", "http_decoupled", "http_classify"]
 EXAMPLE_MODELS = ["add_sub", "string_upper"]
 
@@ -32,23 +31,15 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("http_repo")
-    for name in OUR_MODELS:
-        (root / name).symlink_to(MODELS / name)
-    for name in EXAMPLE_MODELS:
-        (root / name).symlink_to(EXAMPLES / name)
-    return root
+def repo(serving: Serving) -> Path:
+    return make_repo(serving.repo(OUR_MODELS), EXAMPLE_MODELS, EXAMPLES)
 
 
 @pytest.fixture(scope="module")
-def server(repo: Path) -> Iterator[ServerProcess]:
-    srv = start_server(
-        repo, "--model-control-mode=explicit", "--load-model=*", "--allow-grpc=false",
-        "--allow-metrics=false", timeout=120, expect=("http",),
-    )  # fmt: skip
-    yield srv
-    srv.stop()
+def server(serving: Serving, repo: Path) -> Iterator[ServerProcess]:
+    with serving.server(repo, "--model-control-mode=explicit", "--load-model=*",
+                        endpoints=("http",)) as srv:  # fmt: skip
+        yield srv
 
 
 @pytest.fixture
@@ -70,14 +61,6 @@ def raw(
         return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
     finally:
         conn.close()
-
-
-def _in(
-    name: str, arr: np.ndarray[Any, Any], dt: str, binary: bool = True
-) -> httpclient.InferInput:
-    t = httpclient.InferInput(name, list(arr.shape), dt)
-    t.set_data_from_numpy(arr, binary_data=binary)
-    return t
 
 
 A = np.array([1, 2, 3, 4], np.float32)
@@ -145,8 +128,8 @@ def test_unmatched_routes_and_methods(server: ServerProcess) -> None:
 def test_add_sub(client: httpclient.InferenceServerClient, binary: bool) -> None:
     outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary),
                httpclient.InferRequestedOutput("OUTPUT1", binary_data=binary)]  # fmt: skip
-    result = client.infer("add_sub", [_in("INPUT0", A, "FP32", binary),
-                                      _in("INPUT1", B, "FP32", binary)],
+    result = client.infer("add_sub", [http_input("INPUT0", A, "FP32", binary),
+                                      http_input("INPUT1", B, "FP32", binary)],
                           outputs=outputs, request_id="req-1")  # fmt: skip
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)
@@ -156,7 +139,7 @@ def test_add_sub(client: httpclient.InferenceServerClient, binary: bool) -> None
 
 
 def test_add_sub_async_infer_and_default_outputs(client: httpclient.InferenceServerClient) -> None:
-    inputs = [_in("INPUT0", A, "FP32"), _in("INPUT1", B, "FP32")]
+    inputs = [http_input("INPUT0", A, "FP32"), http_input("INPUT1", B, "FP32")]
     pending = [client.async_infer("add_sub", inputs) for _ in range(8)]
     for p in pending:
         result = p.get_result()
@@ -171,7 +154,7 @@ def test_identity_every_datatype(
 ) -> None:
     arr = ARRAYS[dt]
     out = httpclient.InferRequestedOutput(f"OUT_{dt}", binary_data=binary)
-    inp = _in(f"IN_{dt}", arr, dt, binary)
+    inp = http_input(f"IN_{dt}", arr, dt, binary)
     if dt == "FP16" and not binary:
         with pytest.raises(InferenceServerException) as exc:
             client.infer("http_identity", [inp], outputs=[out])
@@ -193,7 +176,7 @@ def test_identity_every_datatype(
 
 def test_fp16_output_cannot_be_json(client: httpclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException) as exc:
-        client.infer("http_identity", [_in("IN_FP16", ARRAYS["FP16"], "FP16")],
+        client.infer("http_identity", [http_input("IN_FP16", ARRAYS["FP16"], "FP16")],
                      outputs=[httpclient.InferRequestedOutput("OUT_FP16", binary_data=False)])  # fmt: skip
     assert exc.value.status() == "400"
     assert "sending FP16 data via JSON is not supported" in exc.value.message()
@@ -201,14 +184,14 @@ def test_fp16_output_cannot_be_json(client: httpclient.InferenceServerClient) ->
 
 def test_empty_tensors_and_mixed_inputs(client: httpclient.InferenceServerClient) -> None:
     result = client.infer("http_identity", [
-        _in("IN_FP32", np.zeros(0, np.float32), "FP32"),
-        _in("IN_INT64", np.array([7, 8], np.int64), "INT64", binary=False)])  # fmt: skip
+        http_input("IN_FP32", np.zeros(0, np.float32), "FP32"),
+        http_input("IN_INT64", np.array([7, 8], np.int64), "INT64", binary=False)])  # fmt: skip
     assert result.as_numpy("OUT_FP32").shape == (0,)
     assert result.as_numpy("OUT_INT64").tolist() == [7, 8]
 
 
 def test_request_parameters_reach_the_model(client: httpclient.InferenceServerClient) -> None:
-    result = client.infer("http_identity", [_in("IN_INT32", np.array([1], np.int32), "INT32")],
+    result = client.infer("http_identity", [http_input("IN_INT32", np.array([1], np.int32), "INT32")],
                           parameters={"color": "red", "n": 3, "flag": True})  # fmt: skip
     assert result.get_response()["parameters"] == {"color": "red", "n": 3, "flag": True}
 
@@ -216,7 +199,7 @@ def test_request_parameters_reach_the_model(client: httpclient.InferenceServerCl
 @pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
 def test_compression_both_ways(client: httpclient.InferenceServerClient, algorithm: str) -> None:
     result = client.infer(
-        "add_sub", [_in("INPUT0", A, "FP32"), _in("INPUT1", B, "FP32")],
+        "add_sub", [http_input("INPUT0", A, "FP32"), http_input("INPUT1", B, "FP32")],
         request_compression_algorithm=algorithm, response_compression_algorithm=algorithm,
     )  # fmt: skip
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
@@ -224,7 +207,7 @@ def test_compression_both_ways(client: httpclient.InferenceServerClient, algorit
 
 def test_large_binary_tensor(client: httpclient.InferenceServerClient) -> None:
     big = np.random.default_rng(0).random(4 << 20).astype(np.float32)  # 16 MiB
-    result = client.infer("http_identity", [_in("IN_FP32", big, "FP32")])
+    result = client.infer("http_identity", [http_input("IN_FP32", big, "FP32")])
     np.testing.assert_array_equal(result.as_numpy("OUT_FP32"), big)
 
 
@@ -252,7 +235,7 @@ def test_infer_errors(
 ) -> None:  # fmt: skip
     requested = None if outputs is None else [httpclient.InferRequestedOutput(o) for o in outputs]
     with pytest.raises(InferenceServerException) as exc:
-        client.infer(model, [_in(*i) for i in inputs], outputs=requested)
+        client.infer(model, [http_input(*i) for i in inputs], outputs=requested)
     assert exc.value.status() == status
     assert message in exc.value.message()
 
@@ -261,11 +244,13 @@ def test_one_connection_survives_errors(client: httpclient.InferenceServerClient
     big = np.zeros(1 << 20, np.float32)
     for _ in range(3):
         with pytest.raises(InferenceServerException) as exc:
-            client.infer("nosuch", [_in("IN", big, "FP32")])
+            client.infer("nosuch", [http_input("IN", big, "FP32")])
         assert exc.value.status() == "404"
         with pytest.raises(InferenceServerException):
-            client.infer("http_raise", [_in("IN", np.array([0], np.int32), "INT32")])
-        result = client.infer("add_sub", [_in("INPUT0", A, "FP32"), _in("INPUT1", B, "FP32")])
+            client.infer("http_raise", [http_input("IN", np.array([0], np.int32), "INT32")])
+        result = client.infer(
+            "add_sub", [http_input("INPUT0", A, "FP32"), http_input("INPUT1", B, "FP32")]
+        )
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
 
 
@@ -299,13 +284,13 @@ def test_raw_binary_request(server: ServerProcess) -> None:
 
 def test_classification_with_labels(client: httpclient.InferenceServerClient) -> None:
     scores = np.array([[0.1, 3.3, 0.2, 1.0], [5, 1, 2, 7]], np.float32)
-    result = client.infer("http_classify", [_in("INPUT", scores, "FP32")], outputs=[
+    result = client.infer("http_classify", [http_input("INPUT", scores, "FP32")], outputs=[
         httpclient.InferRequestedOutput("OUTPUT", class_count=2)])  # fmt: skip
     assert result.as_numpy("OUTPUT").tolist() == [
         [b"3.300000:1:pear", b"1.000000:3:fig"],
         [b"7.000000:3:fig", b"5.000000:0:apple"],
     ]
-    result = client.infer("http_classify", [_in("INPUT", scores[:1], "FP32")], outputs=[
+    result = client.infer("http_classify", [http_input("INPUT", scores[:1], "FP32")], outputs=[
         httpclient.InferRequestedOutput("OUTPUT", class_count=9, binary_data=False)])  # fmt: skip
     assert result.get_response()["outputs"][0]["shape"] == [1, 4]
 
@@ -315,11 +300,11 @@ async def test_aio_client(server: ServerProcess) -> None:
     try:
         assert await client.is_server_ready()
         assert (await client.get_model_metadata("add_sub"))["name"] == "add_sub"
-        inputs = [_in("INPUT0", A, "FP32"), _in("INPUT1", B, "FP32")]
+        inputs = [http_input("INPUT0", A, "FP32"), http_input("INPUT1", B, "FP32")]
         result = await client.infer("add_sub", inputs)  # the aio client asks for gzip
         np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)
         text = np.array([b"hello", b"world"], dtype=np.object_)
-        result = await client.infer("string_upper", [_in("INPUT0", text, "BYTES")])
+        result = await client.infer("string_upper", [http_input("INPUT0", text, "BYTES")])
         assert result.as_numpy("OUTPUT0").tolist() == [b"HELLO", b"WORLD"]
         with pytest.raises(InferenceServerException) as exc:
             await client.infer("nosuch", inputs)
@@ -363,7 +348,7 @@ def test_generate_stream(server: ServerProcess) -> None:
 
 def test_statistics(client: httpclient.InferenceServerClient) -> None:
     before = client.get_inference_statistics("add_sub")["model_stats"][0]["inference_count"]
-    client.infer("add_sub", [_in("INPUT0", A, "FP32"), _in("INPUT1", B, "FP32")])
+    client.infer("add_sub", [http_input("INPUT0", A, "FP32"), http_input("INPUT1", B, "FP32")])
     after = client.get_inference_statistics("add_sub", "1")["model_stats"][0]
     assert after["inference_count"] == before + 1
     assert {s["name"] for s in client.get_inference_statistics()["model_stats"]} >= set(OUR_MODELS)

@@ -11,7 +11,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ import pytest
 from modelyard.core.api import InferenceServer
 from modelyard.core.options import ServerOptions
 from modelyard.frontends.http.server import _Router, start_http_server
-from tests.frontends.http.conftest import MODELS, make_repo
+from tests.conftest import Serving
+from tests.frontends.http.conftest import LOADED, UNLOADED
 from tests.serverproc import ServerProcess, start_server
 
 pytestmark = pytest.mark.timeout(120)
@@ -102,8 +103,8 @@ async def test_an_unexpected_exception_is_a_500_and_the_app_keeps_serving(
                 raise RuntimeError("receive broke")
             return {"type": "http.request", "body": b"{}", "more_body": False}
 
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(dict(message))
 
         scope = {"type": "http", "method": "POST", "raw_path": path, "headers": []}
         await app(scope, receive, send)
@@ -116,12 +117,11 @@ async def test_an_unexpected_exception_is_a_500_and_the_app_keeps_serving(
     assert (start["status"], json.loads(body["body"])) == (200, [])
 
 
-def test_shutdown_drains_in_flight_requests_and_reports_not_ready(tmp_path: Path) -> None:
-    repo = make_repo(tmp_path)  # with py_init_error, which fails to load: the server is not ready
-    srv = start_server(repo, "--allow-grpc=false", "--allow-metrics=false", timeout=120,
-                       expect=("http",))  # fmt: skip
-    port = srv.ports["http"]
-    try:
+def test_shutdown_drains_in_flight_requests_and_reports_not_ready(serving: Serving) -> None:
+    # With py_init_error, which fails to load: the server is not ready.
+    repo = serving.repo([*LOADED, *UNLOADED])
+    with serving.server(repo, endpoints=("http",)) as srv:
+        port = srv.ports["http"]
         # Outside explicit mode the repository API refuses to unload (503).
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         conn.request("POST", "/v2/repository/models/http_add/unload", body=b"{}")
@@ -133,17 +133,20 @@ def test_shutdown_drains_in_flight_requests_and_reports_not_ready(tmp_path: Path
         assert _get(port, "/v2/health/ready")[::2] == (400, b"")  # strict readiness
 
         result: dict[str, Any] = {}
+        under_way = threading.Event()
 
         def stream() -> None:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             body = json.dumps({"COUNT": 8, "parameters": {"delay_ms": 150}})
             c.request("POST", "/v2/models/http_stream/generate_stream", body=body)
             resp = c.getresponse()
-            result["status"], result["body"] = resp.status, resp.read()
+            result["status"], result["first"] = resp.status, resp.readline()
+            under_way.set()  # the first event came: the stream is under way
+            result["body"] = result["first"] + resp.read()
 
         t = threading.Thread(target=stream)
         t.start()
-        time.sleep(0.4)  # the stream is under way
+        assert under_way.wait(30), "the stream did not start"
         srv.proc.terminate()
         seen: list[tuple[int, int]] = []
         deadline = time.monotonic() + 30
@@ -159,17 +162,12 @@ def test_shutdown_drains_in_flight_requests_and_reports_not_ready(tmp_path: Path
         assert srv.proc.wait(30) == 0
         with pytest.raises(ConnectionRefusedError):
             _get(port, "/v2/health/live")
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
-def with_metrics(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("metrics_repo")
-    (repo / "http_echo").symlink_to(MODELS / "http_echo")
-    srv = start_server(repo, "--allow-grpc=false", timeout=120, expect=("http", "metrics"))
-    yield srv
-    srv.stop()
+def with_metrics(serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(models=["http_echo"], endpoints=("http", "metrics")) as srv:
+        yield srv
 
 
 def test_metrics_endpoint(with_metrics: ServerProcess) -> None:

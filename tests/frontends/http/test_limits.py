@@ -10,9 +10,9 @@ import json
 import resource
 import socket
 import struct
-import time
 import zlib
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -22,41 +22,30 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.serverproc import ServerProcess, start_server
+from tests.conftest import Serving
+from tests.helpers import http_input, wait_for_log, wait_until
+from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(180)
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
 BOUND_S = 30.0  # the most any wait for a server-side timeout may take
 MAX_INPUT = 65536
 MAX_HEADER = 4096
 MAX_BODY = 2_000_000
 
 
-def _repo(root: Path) -> Path:
-    (root / "http_add").symlink_to(MODELS / "http_add")
-    return root
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    srv = start_server(
-        _repo(tmp_path_factory.mktemp("limits_repo")),
-        f"--http-max-input-size={MAX_INPUT}", f"--http-max-header-size={MAX_HEADER}",
+def server(serving: Serving) -> Iterator[ServerProcess]:
+    with serving.server(
+        None, f"--http-max-input-size={MAX_INPUT}", f"--http-max-header-size={MAX_HEADER}",
         f"--http-max-body-size={MAX_BODY}", "--http-read-timeout=1", "--http-idle-timeout=1",
-        "--allow-metrics=false", timeout=120, expect=("http", "grpc"),
-    )  # fmt: skip
-    yield srv
-    srv.stop()
+        models=["http_add"], endpoints=("http", "grpc"),
+    ) as srv:  # fmt: skip
+        yield srv
 
 
 def _inputs(a: np.ndarray[Any, Any], binary: bool = True) -> list[httpclient.InferInput]:
-    out = []
-    for name in ("A", "B"):
-        t = httpclient.InferInput(name, list(a.shape), "FP32")
-        t.set_data_from_numpy(a, binary_data=binary)
-        out.append(t)
-    return out
+    return [http_input(name, a, "FP32", binary) for name in ("A", "B")]
 
 
 def assert_serving(server: ServerProcess) -> None:
@@ -298,20 +287,20 @@ CAP = 3
 
 
 @pytest.fixture
-def capped(tmp_path: Path) -> Iterator[ServerProcess]:
+def capped(serving: Serving) -> Iterator[ServerProcess]:
     """A server with --http-max-connections=3, started with the soft open-file limit lowered
     to 256 (the server raises it)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
-    try:
-        srv = start_server(
-            _repo(tmp_path), f"--http-max-connections={CAP}", "--http-read-timeout=2",
-            "--allow-metrics=false", timeout=120, expect=("http", "grpc"),
-        )  # fmt: skip
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    yield srv
-    srv.stop()
+    with ExitStack() as stack:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
+        try:
+            srv = stack.enter_context(serving.server(
+                None, f"--http-max-connections={CAP}", "--http-read-timeout=2",
+                models=["http_add"], endpoints=("http", "grpc"),
+            ))  # fmt: skip
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        yield srv
 
 
 def _open_files_limits(pid: int) -> tuple[int, int]:
@@ -357,16 +346,18 @@ def test_connection_cap_refuses_then_recovers(capped: ServerProcess) -> None:
         client.close()
     for sock in abusers:  # each is cut by the read timeout
         assert _status_and_error(_read_all(sock))[0] == 408
-    deadline = time.monotonic() + BOUND_S
-    while True:  # the server frees the slots as it closes them
-        try:
-            assert_serving(capped)
-            break
-        except InferenceServerException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    wait_until(lambda: _serving_again(capped), BOUND_S, 0.1, what="the slots to be freed")
+    wait_for_log(capped, "HTTP connections refused")
     assert capped.output().count("HTTP connections refused") == 1  # one warning per flood
+
+
+def _serving_again(server: ServerProcess) -> bool:
+    """The server frees the slots as it closes them."""
+    try:
+        assert_serving(server)
+        return True
+    except InferenceServerException:
+        return False
 
 
 def _grpc_serving(server: ServerProcess) -> bool:

@@ -10,27 +10,20 @@ import gzip
 import json
 import zlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import numpy as np
 import pytest
 import tritonclient.http.aio as aioclient
-from tritonclient.http import InferInput, InferRequestedOutput
+from tritonclient.http import InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
 from modelyard.core.api import SERVER_VERSION
 from tests.frontends.http.conftest import LOADED, call
+from tests.helpers import http_input
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _in(name: str, arr: np.ndarray[Any, Any], binary: bool = True) -> InferInput:
-    dt = {np.float32: "FP32", np.int32: "INT32", np.object_: "BYTES"}[arr.dtype.type]
-    t = InferInput(name, list(arr.shape), dt)
-    t.set_data_from_numpy(arr, binary_data=binary)
-    return t
 
 
 A = np.array([1, 2, 3, 4], np.float32)
@@ -143,7 +136,7 @@ async def test_infer_binary_and_json(client: aioclient.InferenceServerClient, bi
     outputs = [InferRequestedOutput("SUM", binary_data=binary),
                InferRequestedOutput("DIFF", binary_data=binary)]  # fmt: skip
     result = await client.infer(
-        "http_add", [_in("A", A, binary), _in("B", B, binary)], outputs=outputs,
+        "http_add", [http_input("A", A, binary=binary), http_input("B", B, binary=binary)], outputs=outputs,
         request_id="id-1",
     )  # fmt: skip
     np.testing.assert_array_equal(result.as_numpy("SUM"), A + B)
@@ -157,7 +150,7 @@ async def test_infer_passes_sequence_priority_timeout_parameters(
     client: aioclient.InferenceServerClient,
 ) -> None:
     result = await client.infer(
-        "http_add", [_in("A", A), _in("B", B)], sequence_id=9, sequence_start=True,
+        "http_add", [http_input("A", A), http_input("B", B)], sequence_id=9, sequence_start=True,
         priority=2, timeout=10_000_000, parameters={"echo_x": "y", "n": 5},
     )  # fmt: skip
     seen = json.loads(result.as_numpy("SEEN")[0])
@@ -184,7 +177,7 @@ async def test_request_and_response_compression(
     client: aioclient.InferenceServerClient, algorithm: str
 ) -> None:
     result = await client.infer(
-        "http_add", [_in("A", A), _in("B", B)], request_compression_algorithm=algorithm,
+        "http_add", [http_input("A", A), http_input("B", B)], request_compression_algorithm=algorithm,
         response_compression_algorithm=algorithm,
     )  # fmt: skip
     np.testing.assert_array_equal(result.as_numpy("SUM"), A + B)
@@ -221,7 +214,7 @@ async def test_deflate_request_body_with_binary_tensors(
 
 async def test_large_tensors_round_trip(client: aioclient.InferenceServerClient) -> None:
     big = np.arange(3 << 20, dtype=np.float32)  # 12 MiB in, 12 MiB out
-    result = await client.infer("http_echo", [_in("IN", big[None, :])],
+    result = await client.infer("http_echo", [http_input("IN", big[None, :])],
                                 response_compression_algorithm=None)  # fmt: skip
     np.testing.assert_array_equal(result.as_numpy("OUT")[0], big)
 
@@ -292,7 +285,7 @@ async def test_cuda_shared_memory_is_unsupported(client: aioclient.InferenceServ
 
 async def test_classification_uses_the_label_file(client: aioclient.InferenceServerClient) -> None:
     scores = np.array([[0.1, 3.3, 0.2, 1.0], [5, 1, 2, 7]], np.float32)
-    result = await client.infer("http_echo", [_in("IN", scores)],
+    result = await client.infer("http_echo", [http_input("IN", scores)],
                                 outputs=[InferRequestedOutput("OUT", class_count=2)])  # fmt: skip
     assert result.as_numpy("OUT").tolist() == [
         [b"3.300000:1:one", b"1.000000:3:three"],
@@ -477,7 +470,7 @@ async def test_connection_survives_an_error_with_an_unread_body(
     big = np.zeros(1 << 20, np.float32)
     for _ in range(3):
         with pytest.raises(InferenceServerException) as exc:
-            await client.infer("nosuch", [_in("IN", big[None, :])])
+            await client.infer("nosuch", [http_input("IN", big[None, :])])
         assert exc.value.status() == "404"
-        result = await client.infer("http_add", [_in("A", A), _in("B", B)])
+        result = await client.infer("http_add", [http_input("A", A), http_input("B", B)])
         np.testing.assert_array_equal(result.as_numpy("SUM"), A + B)

@@ -16,7 +16,14 @@ from tritonclient.grpc import service_pb2
 
 from modelyard import tensor_bytes
 from modelyard.errors import ErrorCode, InvalidArgument, ModelyardError
-from modelyard.frontends.grpc.wire import Buffer, EncodedResponse, WireInferRequest
+from modelyard.frontends.grpc.wire import (
+    Buffer,
+    EncodedResponse,
+    WireInferRequest,
+    output_entry,
+    response_id,
+    response_names,
+)
 from modelyard.types import (
     SEQUENCE_END,
     SEQUENCE_START,
@@ -398,22 +405,30 @@ def _output_bytes(tensor: Tensor) -> Buffer:
 def encode_infer_response(response: InferResponse, final: bool | None = None) -> EncodedResponse:
     """A successful core response as a ModelInferResponse. ``final`` (streams only) adds the
     ``triton_final_response`` parameter."""
-    header = service_pb2.ModelInferResponse(
-        model_name=response.model_name, model_version=response.model_version, id=response.id
-    )
-    if response.parameters:
-        params = header.parameters
-        for key, value in response.parameters.items():
-            set_param(params[key], value)
-    if final is not None:
-        header.parameters[FINAL_RESPONSE_KEY].bool_param = final
+    # Fields in protobuf's own order (1, 2, 3, 4, 5), so the bytes are what SerializeToString
+    # of the whole message would give.
+    head = [response_names(response.model_name, response.model_version)]
+    if response.id:
+        head.append(response_id(response.id))
+    if response.parameters or final is not None:
+        head.append(_response_parameters(response.parameters, final))
     raw: list[Buffer] = []
-    if response.outputs:
-        add = header.outputs.add
-        for t in response.outputs:
-            add(name=t.name, datatype=t.datatype, shape=t.shape)
-            raw.append(_output_bytes(t))
-    return EncodedResponse(header, raw)
+    for t in response.outputs:
+        shape = t.shape if type(t.shape) is tuple else tuple(t.shape)
+        head.append(output_entry(t.name, t.datatype, shape))
+        raw.append(_output_bytes(t))
+    return EncodedResponse(b"".join(head), raw)
+
+
+def _response_parameters(parameters: dict[str, ParamValue], final: bool | None) -> bytes:
+    """ModelInferResponse.parameters (field 4) on the wire."""
+    msg = service_pb2.ModelInferResponse()
+    params = msg.parameters
+    for key, value in parameters.items():
+        set_param(params[key], value)
+    if final is not None:
+        params[FINAL_RESPONSE_KEY].bool_param = final
+    return msg.SerializeToString()  # type: ignore[no-any-return]
 
 
 def encode_stream_error(
@@ -433,7 +448,7 @@ def encode_stream_error(
     if final is not None:
         header.parameters[FINAL_RESPONSE_KEY].bool_param = final
     message = error.message if isinstance(error, ModelyardError) else error
-    return EncodedResponse(header, None, message or "unknown error")
+    return EncodedResponse(header.SerializeToString(), None, message or "unknown error")
 
 
 def encode_empty_final(request_id: str, model_name: str, model_version: str) -> EncodedResponse:
@@ -442,7 +457,7 @@ def encode_empty_final(request_id: str, model_name: str, model_version: str) -> 
         id=request_id, model_name=model_name, model_version=model_version
     )
     header.parameters[FINAL_RESPONSE_KEY].bool_param = True
-    return EncodedResponse(header)
+    return EncodedResponse(header.SerializeToString())
 
 
 def is_flag_only_final(response: InferResponse) -> bool:

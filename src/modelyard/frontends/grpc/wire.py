@@ -11,10 +11,15 @@ enter a protobuf object here:
   ``raw_output_contents``) followed by hand-encoded field-6 entries, so each output's bytes
   are copied once, into the outgoing message. Protobuf accepts fields in any order, so the
   result is an ordinary message for every client.
+
+The header's parts that repeat from one response to the next (model name and version, each
+output's name, datatype and shape) are serialized by protobuf once and then reused: building
+those messages anew cost more than the rest of a small request's encoding.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from tritonclient.grpc import service_pb2
@@ -26,6 +31,8 @@ Buffer = bytes | bytearray | memoryview
 SCAN_THRESHOLD = 64 * 1024
 
 _RAW_INPUT_KEY = (7 << 3) | 2  # ModelInferRequest.raw_input_contents, length-delimited
+_ID_TAG = bytes([(3 << 3) | 2])  # ModelInferResponse.id
+_OUTPUT_TAG = bytes([(5 << 3) | 2])  # ModelInferResponse.outputs
 _RAW_OUTPUT_TAG = bytes([(6 << 3) | 2])  # ModelInferResponse.raw_output_contents
 _ERROR_MESSAGE_TAG = bytes([(1 << 3) | 2])  # ModelStreamInferResponse.error_message
 _INFER_RESPONSE_TAG = bytes([(2 << 3) | 2])  # ModelStreamInferResponse.infer_response
@@ -135,22 +142,51 @@ def _parse_infer_request(data: bytes) -> WireInferRequest:
     return WireInferRequest(service_pb2.ModelInferRequest.FromString(header), raw)
 
 
+# -- response header parts -------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1024)
+def response_names(model_name: str, model_version: str) -> bytes:
+    """ModelInferResponse fields 1 and 2 (model name and version) on the wire."""
+    msg = service_pb2.ModelInferResponse(model_name=model_name, model_version=model_version)
+    return msg.SerializeToString()  # type: ignore[no-any-return]
+
+
+def response_id(request_id: str) -> bytes:
+    """ModelInferResponse field 3 (the request id) on the wire; "" for no id."""
+    if not request_id:
+        return b""
+    text = request_id.encode("utf-8")
+    return _ID_TAG + varint(len(text)) + text
+
+
+@functools.lru_cache(maxsize=4096)
+def output_entry(name: str, datatype: str, shape: tuple[int, ...]) -> bytes:
+    """One ModelInferResponse.outputs entry (field 5) on the wire."""
+    tensor = service_pb2.ModelInferResponse.InferOutputTensor(
+        name=name, datatype=datatype, shape=shape
+    )
+    body: bytes = tensor.SerializeToString()
+    return _OUTPUT_TAG + varint(len(body)) + body
+
+
 class EncodedResponse:
-    """A ModelInferResponse ready to send: ``header`` (a ModelInferResponse with no
-    ``raw_output_contents``) and the raw bytes of each output, in ``header.outputs`` order.
+    """A ModelInferResponse ready to send: ``head`` (the serialized ModelInferResponse with
+    no ``raw_output_contents``) and the raw bytes of each output, in the order of its
+    ``outputs``.
 
     In a stream, ``error_message`` is the ModelStreamInferResponse error text.
     """
 
-    __slots__ = ("error_message", "header", "raw")
+    __slots__ = ("error_message", "head", "raw")
 
-    def __init__(self, header: Any, raw: list[Buffer] | None = None, error_message: str = ""):
-        self.header = header
+    def __init__(self, head: bytes, raw: list[Buffer] | None = None, error_message: str = ""):
+        self.head = head
         self.raw: list[Buffer] = raw if raw is not None else []
         self.error_message = error_message
 
     def _parts(self) -> tuple[list[Buffer], int]:
-        head = self.header.SerializeToString()
+        head = self.head
         parts: list[Buffer] = [head]
         size = len(head)
         for r in self.raw:
@@ -164,7 +200,7 @@ class EncodedResponse:
     def serialize(self) -> bytes:
         """Wire bytes of the ModelInferResponse (the ModelInfer response serializer)."""
         if not self.raw:
-            return self.header.SerializeToString()  # type: ignore[no-any-return]
+            return self.head
         parts, _ = self._parts()
         return b"".join(parts)
 

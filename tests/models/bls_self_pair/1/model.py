@@ -1,9 +1,19 @@
 import json
+import os
 import time
+import uuid
 
 import numpy as np
 
 import triton_python_backend_utils as pb_utils
+
+
+def _barrier(folder, parties):
+    """Wait (30 s at most) until ``parties`` requests have reached this point."""
+    open(os.path.join(folder, uuid.uuid4().hex), "w").close()
+    end = time.monotonic() + 30
+    while len(os.listdir(folder)) < parties and time.monotonic() < end:
+        time.sleep(0.01)
 
 
 class TritonPythonModel:
@@ -13,7 +23,8 @@ class TritonPythonModel:
             params = json.loads(request.parameters() or "{}")
             result = {"has_error": False, "message": ""}
             if params.get("depth", 0) > 0:
-                time.sleep(0.3)
+                if "barrier" in params:
+                    _barrier(params["barrier"], params.get("parties", 2))
                 inner = pb_utils.InferenceRequest(
                     model_name="bls_self_pair",
                     inputs=[pb_utils.get_input_tensor_by_name(request, "INPUT0")],

@@ -16,6 +16,8 @@ class TritonPythonModel:
         for request in requests:
             seq, self.seq = self.seq, self.seq + 1
             params = json.loads(request.parameters() or "{}")
+            if "started_file" in params:
+                open(params["started_file"], "w").close()
             deadline = time.monotonic() + params.get("wait_cancel_ms", 0) / 1000.0
             while time.monotonic() < deadline and not request.is_cancelled():
                 time.sleep(0.01)

@@ -1,6 +1,7 @@
 """Decoupled counter that notices cancellation (see config.pbtxt)."""
 
 import json
+import os
 import time
 
 import numpy as np
@@ -16,6 +17,7 @@ class TritonPythonModel:
             params = json.loads(request.parameters() or "{}")
             delay = params.get("delay_ms", 0) / 1000.0
             marker = params.get("marker")
+            gate = params.get("gate")
             if count < 0:
                 sender.send(
                     pb_utils.InferenceResponse(error=pb_utils.TritonError("negative count")),
@@ -30,6 +32,10 @@ class TritonPythonModel:
                     break
                 if delay:
                     time.sleep(delay)
+                if gate and i > 0:  # after the first response, until the gate opens (bounded)
+                    end = time.monotonic() + 30
+                    while not os.path.exists(gate) and time.monotonic() < end:
+                        time.sleep(0.01)
                 out = pb_utils.Tensor("OUT", np.array([i], dtype=np.int32))
                 sender.send(pb_utils.InferenceResponse([out]))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)

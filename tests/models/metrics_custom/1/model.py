@@ -1,4 +1,5 @@
 import json
+import os
 import time
 
 import numpy as np
@@ -41,7 +42,10 @@ class TritonPythonModel:
             self.counter.increment(1)
             self.gauge.set(value)
             self.histogram.observe(value)
-            time.sleep(float(params.get("sleep_s", 0)))  # still running when metrics are read
+            if "gate" in params:  # still running when metrics are read: until the test says
+                end = time.monotonic() + 30
+                while not os.path.exists(params["gate"]) and time.monotonic() < end:
+                    time.sleep(0.01)
             responses.append(
                 pb_utils.InferenceResponse(
                     [pb_utils.Tensor("OUT", np.array([self.counter.value()], np.float32))]

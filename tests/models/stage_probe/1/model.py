@@ -22,7 +22,15 @@ class TritonPythonModel:
                 )
                 continue
             params = json.loads(request.parameters() or "{}")
-            deadline = start + params.get("sleep_ms", 0) / 1000.0
+            if "started" in params:
+                open(params["started"], "w").close()
+            if "gate" in params:  # until the test opens the gate (30 s at most)
+                end = time.monotonic() + 30
+                while not os.path.exists(params["gate"]) and time.monotonic() < end:
+                    if request.is_cancelled():
+                        break
+                    time.sleep(0.005)
+            deadline = time.monotonic() + params.get("sleep_ms", 0) / 1000.0
             while time.monotonic() < deadline and not request.is_cancelled():
                 time.sleep(0.005)
             if params.get("crash"):

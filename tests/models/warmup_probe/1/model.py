@@ -15,7 +15,9 @@ class TritonPythonModel:
         probe = os.environ.get("WARMUP_PROBE_DIR")
         if probe and not self.seen:  # the first warmup batch: show that loading waits for it
             open(os.path.join(probe, "warming"), "w").close()
-            time.sleep(1.5)
+            end = time.monotonic() + 30  # until the test creates "release" (bounded)
+            while not os.path.exists(os.path.join(probe, "release")) and time.monotonic() < end:
+                time.sleep(0.01)
         log = json.dumps(self.seen)
         self.seen.append(
             [pb_utils.get_input_tensor_by_name(r, "X").as_numpy().tolist() for r in requests]

@@ -1,4 +1,5 @@
 import json
+import os
 import time
 
 import numpy as np
@@ -10,8 +11,13 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            delay = float(json.loads(request.parameters() or "{}").get("delay", 0))
-            time.sleep(delay)
+            params = json.loads(request.parameters() or "{}")
+            if "started" in params:  # tell the test it runs, then wait for its gate (bounded)
+                open(params["started"], "w").close()
+                end = time.monotonic() + 30
+                while not os.path.exists(params["gate"]) and time.monotonic() < end:
+                    time.sleep(0.01)
+            time.sleep(float(params.get("delay", 0)))
             arr = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
             with open("/proc/self/maps") as f:
                 maps = sorted({line.split(None, 5)[5].strip() for line in f if "/dev/shm/" in line})

@@ -1,0 +1,76 @@
+"""The one server fixture: ``serving`` starts the real server (``python -m modelyard serve`` on
+port 0, tests/serverproc.py) for a repository or a list of test models, with extra flags, an
+execution mode, the endpoints wanted and environment variables, and stops it when the
+``with`` block ends, whatever happened inside. A module's fixture picks its own scope::
+
+    @pytest.fixture(scope="module", params=MODES)
+    def server(request: pytest.FixtureRequest, serving: Serving) -> Iterator[ServerProcess]:
+        with serving.server(models=["bls_echo"], mode=request.param) as srv:
+            yield srv
+
+Request helpers (inputs, infer, bounded waits, metrics) are in tests/helpers.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import MODELS, make_repo, mode_args
+from tests.serverproc import ServerProcess, start_server
+
+ENDPOINTS = ("http", "grpc", "metrics")
+START_TIMEOUT_S = 120.0  # a guard for a loaded machine, not a speed limit
+
+
+class Serving:
+    """Makes model repositories and runs servers on them (see the module's docstring)."""
+
+    def __init__(self, tmp: pytest.TempPathFactory):
+        self._tmp = tmp
+
+    def repo(self, models: Iterable[str] = (), source: Path = MODELS, copy: bool = False) -> Path:
+        """A fresh repository holding ``models`` from ``source``: symlinks, or copies (without
+        ``__pycache__``) when ``copy`` (the reference Triton writes next to its models)."""
+        root = self._tmp.mktemp("repo")
+        if not copy:
+            return make_repo(root, models, source)
+        for name in models:
+            shutil.copytree(source / name, root / name,
+                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        return root
+
+    @contextmanager
+    def server(
+        self,
+        repo: Path | list[Path] | None = None,
+        *args: str,
+        models: Sequence[str] = (),
+        mode: str | None = None,
+        endpoints: Sequence[str] = ENDPOINTS,
+        env: Mapping[str, str] | None = None,
+        timeout: float = START_TIMEOUT_S,
+        stop_timeout: float = 15.0,
+    ) -> Iterator[ServerProcess]:
+        """Run the server on ``repo`` (or on a fresh repository of ``models``) with ``args``;
+        ``mode`` picks the Python backend's execution mode; only ``endpoints`` are served.
+        Leaving the block stops it (killed when it has not exited after ``stop_timeout``)."""
+        if repo is None:
+            repo = self.repo(models)
+        flags = [f"--allow-{e}=false" for e in ENDPOINTS if e not in endpoints]
+        flags += mode_args(mode) if mode else ()
+        srv = start_server(repo, *flags, *args, timeout=timeout, env=dict(env or {}),
+                           expect=tuple(endpoints))  # fmt: skip
+        try:
+            yield srv
+        finally:
+            srv.stop(stop_timeout)
+
+
+@pytest.fixture(scope="session")
+def serving(tmp_path_factory: pytest.TempPathFactory) -> Serving:
+    return Serving(tmp_path_factory)
