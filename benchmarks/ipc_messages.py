@@ -405,33 +405,41 @@ Case = tuple[
     Callable[[Any], None],
 ]
 VARIANTS = ("old", "namedtuple", "new")
+# Each channel frames with its own encoder (framing.FrameProtocol, BlockingChannel).
+_ENCODER = framing.new_encoder()
+
+
+def new_encode(message: Any) -> bytearray:
+    return framing.frame(_ENCODER, message)
+
+
 TO_WORKER = new_recv(decode_server_message)
 TO_SERVER = new_recv(decode_worker_message)
 CASES: dict[str, tuple[Case, Case, Case]] = {
     "Execute, one small request (server -> worker)": (
         (old_execute, old_encode, old_worker_recv, old_worker_dispatch),
         (nt_execute, nt_encode, nt_recv, nt_worker_dispatch),
-        (new_execute, framing.encode, TO_WORKER, new_worker_dispatch),
+        (new_execute, new_encode, TO_WORKER, new_worker_dispatch),
     ),
     "Executed, one response (worker -> server)": (
         (old_result, old_encode, server_recv, old_server_dispatch),
         (nt_result, nt_encode, nt_recv, nt_server_dispatch),
-        (new_result, framing.encode, TO_SERVER, new_server_dispatch),
+        (new_result, new_encode, TO_SERVER, new_server_dispatch),
     ),
     "Send, a decoupled response (worker -> server)": (
         (old_send, old_encode, server_recv, old_server_dispatch),
         (nt_send, nt_encode, nt_recv, nt_server_dispatch),
-        (new_send, framing.encode, TO_SERVER, new_server_dispatch),
+        (new_send, new_encode, TO_SERVER, new_server_dispatch),
     ),
     "Bls request (worker -> server)": (
         (old_bls, old_encode, server_recv, old_server_dispatch),
         (nt_bls, nt_encode, nt_recv, nt_server_dispatch),
-        (new_bls, framing.encode, TO_SERVER, new_server_dispatch),
+        (new_bls, new_encode, TO_SERVER, new_server_dispatch),
     ),
     "BlsResponse (server -> worker)": (
         (old_bls_response, old_encode, old_worker_recv, old_worker_dispatch),
         (nt_bls_response, nt_encode, nt_recv, nt_worker_dispatch),
-        (new_bls_response, framing.encode, TO_WORKER, new_worker_dispatch),
+        (new_bls_response, new_encode, TO_WORKER, new_worker_dispatch),
     ),
 }
 

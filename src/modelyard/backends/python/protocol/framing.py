@@ -30,31 +30,33 @@ Decode = Callable[[Any], Any]  # a frame's body (bytes or a memoryview) -> what 
 decode_any: Decode = msgspec.msgpack.Decoder(ext_hook=ext_hook).decode  # lists for arrays
 
 
-def _encoder() -> msgspec.msgpack.Encoder:
-    # An encoder keeps per-call state in itself: one per channel, used by one thread at a time
-    # (its enc_hook runs Python code, so another thread could run meanwhile).
+def new_encoder() -> msgspec.msgpack.Encoder:
+    """An encoder for :func:`frame`. It keeps per-call state in itself: one per channel, used
+    by one thread at a time (its enc_hook runs Python code, so another thread could run
+    meanwhile)."""
     return msgspec.msgpack.Encoder(enc_hook=enc_hook)
 
 
-def _frame(encoder: msgspec.msgpack.Encoder, value: Any) -> bytearray:
-    frame = bytearray(4)
-    encoder.encode_into(value, frame, 4)
-    _HEADER.pack_into(frame, 0, len(frame) - 4)
-    return frame
+def frame(encoder: msgspec.msgpack.Encoder, value: Any) -> bytearray:
+    """A frame holding ``value``."""
+    out = bytearray(4)
+    encoder.encode_into(value, out, 4)
+    _HEADER.pack_into(out, 0, len(out) - 4)
+    return out
 
 
 # What encoding a value MessagePack cannot hold raises (a str no UTF-8 can hold, an int past
 # 64 bits, an object the enc_hook cannot pickle).
 ENCODE_ERRORS = (msgspec.EncodeError, TypeError, ValueError, OverflowError)
 
-_shared_encoder = _encoder()
+_shared_encoder = new_encoder()
 _shared_lock = threading.Lock()
 
 
 def encode(value: Any) -> bytearray:
     """A frame holding ``value`` (from any thread)."""
     with _shared_lock:
-        return _frame(_shared_encoder, value)
+        return frame(_shared_encoder, value)
 
 
 def _undecodable(e: Exception) -> None:
@@ -73,7 +75,7 @@ class FrameProtocol(asyncio.Protocol):
     ):
         self._on_frame = on_frame
         self._decode = decode
-        self._encoder = _encoder()  # (the event loop's thread only)
+        self._encoder = new_encoder()  # (the event loop's thread only)
         self._on_lost = on_lost
         self._buf = bytearray()
         self._paused = False  # frames wait in _buf for the next turn of the loop
@@ -135,7 +137,7 @@ class FrameProtocol(asyncio.Protocol):
     def send(self, value: Any) -> None:
         if self.transport is None or self.transport.is_closing():
             raise ConnectionError("worker channel is closed")
-        self.transport.write(_frame(self._encoder, value))
+        self.transport.write(frame(self._encoder, value))
 
 
 class BlockingChannel:
@@ -144,13 +146,13 @@ class BlockingChannel:
     def __init__(self, sock: socket.socket, decode: Decode = decode_any):
         self._sock = sock
         self._decode = decode  # (one thread reads at a time: see worker/baton.py)
-        self._encoder = _encoder()  # (under the write lock)
+        self._encoder = new_encoder()  # (under the write lock)
         self._wlock = threading.Lock()
         self._rbuf = bytearray()
 
     def send(self, value: Any) -> None:
         with self._wlock:
-            self._sock.sendall(_frame(self._encoder, value))
+            self._sock.sendall(frame(self._encoder, value))
 
     def has_frame(self) -> bool:
         """Whether a whole frame is already buffered (poll would not report it)."""
