@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
-from modelyard import codec
+from modelyard import tensor_bytes as codec
 
 
 def test_bytes_round_trip_matches_tritonclient() -> None:

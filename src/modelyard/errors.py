@@ -1,8 +1,9 @@
 """One error hierarchy with protocol-neutral codes.
 
-Each frontend owns one table from :class:`ErrorCode` to its wire status
-(HTTP status / gRPC status code); nothing below the frontends knows about HTTP or gRPC.
-The codes are Triton's (TRITONSERVER_Error_Code).
+:class:`ErrorCode` is the one table of Triton's error codes: the server's errors, the codes
+that cross the worker boundary and ``pb_utils.TritonError``'s constants are its members. Each
+frontend owns one table from it to its wire status (HTTP status / gRPC status code); nothing
+below the frontends knows about HTTP or gRPC.
 """
 
 from __future__ import annotations
@@ -10,15 +11,35 @@ from __future__ import annotations
 import enum
 
 
-class ErrorCode(enum.Enum):
-    UNKNOWN = "UNKNOWN"
-    INTERNAL = "INTERNAL"
-    NOT_FOUND = "NOT_FOUND"
-    INVALID_ARG = "INVALID_ARG"
-    UNAVAILABLE = "UNAVAILABLE"
-    UNSUPPORTED = "UNSUPPORTED"
-    ALREADY_EXISTS = "ALREADY_EXISTS"
-    CANCELLED = "CANCELLED"
+class ErrorCode(enum.IntEnum):
+    """Triton's TRITONSERVER_Error_Code: a member's name is Triton's name for the code, its
+    value Triton's number (what ``pb_utils.TritonError`` codes are), ``text`` Triton's words
+    for it (TRITONSERVER_ErrorCodeString)."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    @property
+    def text(self) -> str:
+        return _CODE_TEXT[self]
+
+
+_CODE_TEXT = {
+    ErrorCode.UNKNOWN: "Unknown",
+    ErrorCode.INTERNAL: "Internal",
+    ErrorCode.NOT_FOUND: "Not found",
+    ErrorCode.INVALID_ARG: "Invalid argument",
+    ErrorCode.UNAVAILABLE: "Unavailable",
+    ErrorCode.UNSUPPORTED: "Unsupported",
+    ErrorCode.ALREADY_EXISTS: "Already exists",
+    ErrorCode.CANCELLED: "Cancelled",
+}
 
 
 class ModelyardError(Exception):
@@ -33,7 +54,7 @@ class ModelyardError(Exception):
             self.code = code
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.code.value}: {self.message!r})"
+        return f"{type(self).__name__}({self.code.name}: {self.message!r})"
 
 
 class InvalidArgument(ModelyardError):
@@ -70,16 +91,10 @@ class VersionLoadError(ModelyardError):
     <Code>: <detail>;\n``, and ``<Code>: <detail>`` as the model's reason in the index."""
 
     code = ErrorCode.INVALID_ARG
-    _CODE_TEXT = {
-        ErrorCode.UNKNOWN: "Unknown", ErrorCode.INTERNAL: "Internal",
-        ErrorCode.NOT_FOUND: "Not found", ErrorCode.INVALID_ARG: "Invalid argument",
-        ErrorCode.UNAVAILABLE: "Unavailable", ErrorCode.UNSUPPORTED: "Unsupported",
-        ErrorCode.ALREADY_EXISTS: "Already exists", ErrorCode.CANCELLED: "Cancelled",
-    }  # fmt: skip
 
     def __init__(self, version: int, detail: str, detail_code: ErrorCode) -> None:
         self.version = version
-        self.reason = f"{self._CODE_TEXT[detail_code]}: {detail}"
+        self.reason = f"{detail_code.text}: {detail}"
         super().__init__(f"version {version} is at UNAVAILABLE state: {self.reason};\n")
 
 

@@ -13,11 +13,12 @@ import time
 from typing import Any
 
 from modelyard import logs
-from modelyard.cli.frontend_flags import FrontendOptions, frontend_options
-from modelyard.cli.main import parse_backend_config
-from modelyard.core.lifecycle import LoadOptions
-from modelyard.core.server import InferenceServer, ServerOptions
+from modelyard.config.backend_settings import parse_backend_config
+from modelyard.core.api import InferenceServer
+from modelyard.core.model_version import LoadOptions
+from modelyard.core.options import ServerOptions
 from modelyard.fdlimit import raise_fd_limit
+from modelyard.frontends.options import FrontendOptions, frontend_options
 from modelyard.heap import retain_freed_memory
 
 log = logging.getLogger("modelyard")

@@ -46,10 +46,20 @@ DATATYPES: frozenset[str] = frozenset([*_NP_BY_DATATYPE, "BF16"])
 
 # Element sizes in bytes for fixed-size datatypes.
 ELEMENT_SIZE: dict[str, int] = {
-    "BOOL": 1, "UINT8": 1, "UINT16": 2, "UINT32": 4, "UINT64": 8,
-    "INT8": 1, "INT16": 2, "INT32": 4, "INT64": 8,
-    "FP16": 2, "BF16": 2, "FP32": 4, "FP64": 8,
-}  # fmt: skip
+    "BOOL": 1,
+    "UINT8": 1,
+    "UINT16": 2,
+    "UINT32": 4,
+    "UINT64": 8,
+    "INT8": 1,
+    "INT16": 2,
+    "INT32": 4,
+    "INT64": 8,
+    "FP16": 2,
+    "BF16": 2,
+    "FP32": 4,
+    "FP64": 8,
+}
 
 
 def numpy_dtype(datatype: str) -> np.dtype[Any]:
@@ -67,7 +77,7 @@ _DATATYPE_BY_NP: dict[np.dtype[Any], str] = {
 
 def datatype_of(dtype: np.dtype[Any] | type) -> str:
     """The protocol datatype name for a numpy dtype (object/bytes_/str_ -> BYTES)."""
-    name = _DATATYPE_BY_NP.get(dtype)  # type: ignore[call-overload,arg-type]  # hot path: exact dtypes
+    name = _DATATYPE_BY_NP.get(dtype)  # type: ignore[arg-type]  # hot path: exact dtypes
     if name is not None:
         return name
     dt = np.dtype(dtype)
@@ -136,7 +146,7 @@ class InferRequest:
     flags: int = 0  # SEQUENCE_START | SEQUENCE_END
     priority: int = 0
     timeout_us: int = 0
-    # Inputs / outputs bound to client shared-memory regions (core/shared_memory.ClientRef by
+    # Inputs / outputs bound to client shared-memory regions (serving/shm_regions.ClientRef by
     # tensor name): a Python worker maps those regions itself instead of copying.
     shm_inputs: dict[str, Any] | None = None
     shm_outputs: dict[str, Any] | None = None

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import enum
+# The codes are modelyard's one table (modelyard.errors is a leaf: importing it loads nothing
+# else of the server).
+from modelyard.errors import ErrorCode
 
 __all__ = ["ErrorCode", "TritonError", "TritonModelException"]
 
 
 class TritonModelException(Exception):
     """Raised by every pb_utils API failure; models may raise it too."""
-
-
-class ErrorCode(enum.IntEnum):
-    """TritonError codes; the values are Triton's TRITONSERVER_Error_Code numbers."""
-
-    UNKNOWN = 0
-    INTERNAL = 1
-    NOT_FOUND = 2
-    INVALID_ARG = 3
-    UNAVAILABLE = 4
-    UNSUPPORTED = 5
-    ALREADY_EXISTS = 6
-    CANCELLED = 7
 
 
 class TritonError:

@@ -58,7 +58,7 @@ def params_json(params: dict[str, Any] | None, compact: bool) -> str:
 
 def check_sequence(value: Any, what: str) -> Sequence[Any]:
     if type(value) is list or type(value) is tuple:
-        return value  # type: ignore[no-any-return]
+        return value
     if value is None or isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise TypeError(f"{what} must be a list, got {type(value).__name__}")
     return value

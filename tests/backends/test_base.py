@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from modelyard.backends.base import RequestContext
 from modelyard.core.response_cache import CachingScheduler, ResponseCache
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, Tensor
 
 

@@ -3,9 +3,9 @@ end-to-end behaviour is in tests/backends/python/test_reschedule_cancel.py)."""
 
 from __future__ import annotations
 
-from modelyard.backends.base import RequestContext
-from modelyard.core.bls import link_to_parents
+from modelyard.backends.python.server.bls import link_to_parents
 from modelyard.errors import ErrorCode
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse
 
 

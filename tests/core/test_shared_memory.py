@@ -22,9 +22,9 @@ from tritonclient.utils import (
     serialized_byte_size,
 )
 
-from modelyard.core import shared_memory as core_shm
-from modelyard.core.shared_memory import SharedMemoryManager, shm_path
 from modelyard.errors import ErrorCode, ModelyardError
+from modelyard.serving import shm_regions as core_shm
+from modelyard.serving.shm_regions import SharedMemoryManager, shm_path
 from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from tests.conftest import Serving
 from tests.helpers import client_for

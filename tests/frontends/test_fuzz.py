@@ -35,9 +35,10 @@ from tritonclient.grpc import service_pb2
 from tritonclient.http import InferenceServerClient as HttpClient
 
 from modelyard.errors import ErrorCode, ModelyardError
-from modelyard.frontends.grpc import codec as grpc_codec
+from modelyard.frontends.grpc import proto_convert as grpc_codec
 from modelyard.frontends.grpc import wire
-from modelyard.frontends.http import codec, compression
+from modelyard.frontends.http import compression
+from modelyard.frontends.http import infer_body as codec
 from modelyard.frontends.http.errors import http_status
 from modelyard.types import InferResponse, Tensor, numpy_dtype
 from tests.conftest import Serving

@@ -18,8 +18,9 @@ import pytest
 import tritonclient.grpc.aio as grpcaio
 from tritonclient.utils import InferenceServerException
 
-from modelyard.backends.base import Instance, RequestContext
+from modelyard.backends.instance import Instance
 from modelyard.scheduling.default import DefaultScheduler
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, Tensor
 from tests.conftest import Serving
 from tests.helpers import (

@@ -7,9 +7,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from modelyard.backends.base import Instance, RequestContext
+from modelyard.backends.instance import Instance
 from modelyard.errors import Unavailable
 from modelyard.scheduling.dynamic import BatcherConfig, DynamicBatcher, QueuePolicy
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, Tensor
 from tests.helpers import settle
 
@@ -173,7 +174,7 @@ async def test_queue_timeout_rejects_while_the_instance_is_hung(
     b.submit(late)
     r2 = await asyncio.wait_for(f2, 30)
     assert r2.error is not None and r2.error.message == "Request timeout expired"
-    assert r2.error.code.value == "UNAVAILABLE"
+    assert r2.error.code.name == "UNAVAILABLE"
     assert not f1.done() and b.pending == 0
     inst.release.set()
     assert (await asyncio.wait_for(f1, 5)).error is None

@@ -322,8 +322,8 @@ def test_metrics_list_the_ensemble(server: ServerProcess) -> None:
 
 def _fake_submit(order: list[str], fail: str = "") -> Any:
     """Step models that answer at once (inside submit): O = I + 1, or an error."""
-    from modelyard.backends.base import RequestContext
     from modelyard.errors import InvalidArgument
+    from modelyard.serving.context import RequestContext
     from modelyard.types import InferResponse, Tensor
 
     def submit(req: Any, on_response: Any) -> RequestContext:
@@ -339,8 +339,8 @@ def _fake_submit(order: list[str], fail: str = "") -> Any:
 
 
 async def _run_scheduler(fail: str = "") -> tuple[list[str], Any]:
-    from modelyard.backends.base import RequestContext
     from modelyard.scheduling.ensemble import EnsembleScheduler, Step
+    from modelyard.serving.context import RequestContext
     from modelyard.types import InferRequest, Tensor
 
     steps = [
@@ -367,4 +367,4 @@ async def test_scheduler_follows_the_data_flow() -> None:
 async def test_scheduler_stops_at_a_failing_step() -> None:
     order, resp = await _run_scheduler(fail="a")
     assert order == ["a"]
-    assert (resp.error.code.value, resp.error.message) == ("INVALID_ARG", "in ensemble 'e', boom")
+    assert (resp.error.code.name, resp.error.message) == ("INVALID_ARG", "in ensemble 'e', boom")

@@ -18,22 +18,29 @@ from typing import Any
 
 import numpy as np
 
-from modelyard.backends.base import Instance
-from modelyard.backends.native import Arrays, Layout, ModelRunner, NativeInstance
+from modelyard.backends.instance import Instance
+from modelyard.backends.tensor_runtime import Arrays, Layout, ModelRunner, TensorRuntimeInstance
 from modelyard.config.auto_complete import autocomplete_max_batch_size
 from modelyard.config.normalize import normalize_model_config
 from modelyard.errors import ConfigError, InvalidArgument, ModelyardError
 
 # ONNX element type (as onnxruntime names it) -> Triton config datatype.
 _ORT_TYPES = {
-    "tensor(float)": "TYPE_FP32", "tensor(float16)": "TYPE_FP16",
-    "tensor(double)": "TYPE_FP64", "tensor(bfloat16)": "TYPE_BF16",
-    "tensor(int8)": "TYPE_INT8", "tensor(int16)": "TYPE_INT16",
-    "tensor(int32)": "TYPE_INT32", "tensor(int64)": "TYPE_INT64",
-    "tensor(uint8)": "TYPE_UINT8", "tensor(uint16)": "TYPE_UINT16",
-    "tensor(uint32)": "TYPE_UINT32", "tensor(uint64)": "TYPE_UINT64",
-    "tensor(bool)": "TYPE_BOOL", "tensor(string)": "TYPE_STRING",
-}  # fmt: skip
+    "tensor(float)": "TYPE_FP32",
+    "tensor(float16)": "TYPE_FP16",
+    "tensor(double)": "TYPE_FP64",
+    "tensor(bfloat16)": "TYPE_BF16",
+    "tensor(int8)": "TYPE_INT8",
+    "tensor(int16)": "TYPE_INT16",
+    "tensor(int32)": "TYPE_INT32",
+    "tensor(int64)": "TYPE_INT64",
+    "tensor(uint8)": "TYPE_UINT8",
+    "tensor(uint16)": "TYPE_UINT16",
+    "tensor(uint32)": "TYPE_UINT32",
+    "tensor(uint64)": "TYPE_UINT64",
+    "tensor(bool)": "TYPE_BOOL",
+    "tensor(string)": "TYPE_STRING",
+}
 
 
 @dataclass(frozen=True)
@@ -55,18 +62,22 @@ def _ort() -> Any:
 
 def _infos(args: Any) -> list[TensorInfo]:
     return [
-        TensorInfo(a.name, _ORT_TYPES.get(a.type, ""),
-                   tuple(d if isinstance(d, int) and d >= 0 else -1 for d in a.shape))
+        TensorInfo(
+            a.name,
+            _ORT_TYPES.get(a.type, ""),
+            tuple(d if isinstance(d, int) and d >= 0 else -1 for d in a.shape),
+        )
         for a in args
-    ]  # fmt: skip
+    ]
 
 
 def _open_session(cfg: Any, path: str, options: Any | None = None) -> Any:
     if not os.path.exists(path):
         raise ModelyardError(f"unable to find '{path}' for model instance '{cfg.name}'")
     try:
-        return _ort().InferenceSession(path, sess_options=options,
-                                       providers=["CPUExecutionProvider"])  # fmt: skip
+        return _ort().InferenceSession(
+            path, sess_options=options, providers=["CPUExecutionProvider"]
+        )
     except Exception as e:
         raise ModelyardError(
             f"onnx runtime error: failed to load model '{cfg.name}': {e}"
@@ -89,8 +100,9 @@ def auto_complete(cfg: Any, model_dir: str, version: int, default_max_batch_size
     out = type(cfg)()
     out.CopyFrom(cfg)
     batchable = all(len(t.dims) > 0 and t.dims[0] == -1 for t in (*inputs, *outputs))
-    autocomplete_max_batch_size(out, can_support_batching=batchable,
-                                default_max_batch_size=default_max_batch_size)  # fmt: skip
+    autocomplete_max_batch_size(
+        out, can_support_batching=batchable, default_max_batch_size=default_max_batch_size
+    )
     if len(cfg.input) == 0:
         _fill(out.input, inputs, out.max_batch_size)
     if len(cfg.output) == 0:
@@ -125,10 +137,14 @@ def check_against_model(cfg: Any, path: str) -> None:
     inputs, outputs = inspect(cfg, path)
     name, mbs = cfg.name, int(cfg.max_batch_size)
     if len(inputs) != len(cfg.input):
-        raise InvalidArgument(f"unable to load model '{name}', configuration expects "
-                              f"{len(cfg.input)} inputs, model provides {len(inputs)}")  # fmt: skip
-    for kind, ios, infos, exact in (("input", cfg.input, inputs, False),
-                                    ("output", cfg.output, outputs, True)):  # fmt: skip
+        raise InvalidArgument(
+            f"unable to load model '{name}', configuration expects "
+            f"{len(cfg.input)} inputs, model provides {len(inputs)}"
+        )
+    for kind, ios, infos, exact in (
+        ("input", cfg.input, inputs, False),
+        ("output", cfg.output, outputs, True),
+    ):
         by_name = {t.name: t for t in infos}
         for io in ios:
             info = by_name.get(io.name)
@@ -154,8 +170,14 @@ def check_against_model(cfg: Any, path: str) -> None:
                 )
 
 
-def _compare_dims(model: str, tensor: str, model_shape: tuple[int, ...], dims: tuple[int, ...],
-                  mbs: int, exact: bool) -> None:  # fmt: skip
+def _compare_dims(
+    model: str,
+    tensor: str,
+    model_shape: tuple[int, ...],
+    dims: tuple[int, ...],
+    mbs: int,
+    exact: bool,
+) -> None:
     prefix = f"model '{model}', tensor '{tensor}': "
     full = (-1, *dims) if mbs > 0 else dims
     if mbs > 0 and (len(model_shape) == 0 or model_shape[0] != -1):
@@ -226,8 +248,9 @@ def session_options(cfg: Any) -> Any:
             "Invalid configuration value provided. Expected values for  execution_mode are 0 "
             f"or 1 but got {mode} ."
         )
-    so.execution_mode = (ort.ExecutionMode.ORT_PARALLEL if mode == 1
-                         else ort.ExecutionMode.ORT_SEQUENTIAL)  # fmt: skip
+    so.execution_mode = (
+        ort.ExecutionMode.ORT_PARALLEL if mode == 1 else ort.ExecutionMode.ORT_SEQUENTIAL
+    )
     intra, inter = (
         _int_param(cfg, "intra_op_thread_count"),
         _int_param(cfg, "inter_op_thread_count"),
@@ -281,9 +304,13 @@ def create_instances(cfg: Any, model_dir: str, version: int) -> list[Instance]:
     instances: list[Instance] = []
     for group in cfg.instance_group:
         for i in range(max(1, int(group.count))):
-            instances.append(NativeInstance(
-                f"{group.name}_{i}", cfg.name, layout,
-                lambda: OrtRunner(_open_session(cfg, path, session_options(cfg))),
-                "onnx runtime error",
-            ))  # fmt: skip
+            instances.append(
+                TensorRuntimeInstance(
+                    f"{group.name}_{i}",
+                    cfg.name,
+                    layout,
+                    lambda: OrtRunner(_open_session(cfg, path, session_options(cfg))),
+                    "onnx runtime error",
+                )
+            )
     return instances

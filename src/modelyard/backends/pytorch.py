@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from modelyard.backends.base import Instance
-from modelyard.backends.native import Arrays, Layout, ModelRunner, NativeInstance
+from modelyard.backends.instance import Instance
+from modelyard.backends.tensor_runtime import Arrays, Layout, ModelRunner, TensorRuntimeInstance
 from modelyard.errors import ConfigError, InternalError, InvalidArgument, ModelyardError
 
 log = logging.getLogger("modelyard")
@@ -45,8 +45,10 @@ def model_path(cfg: Any, model_dir: str, version: int) -> str:
 def auto_complete(cfg: Any, model_dir: str, version: int, default_max_batch_size: int) -> Any:
     """Triton's pytorch backend does not auto-complete; it only says so."""
     del model_dir, version, default_max_batch_size
-    log.warning("skipping model configuration auto-complete for '%s': not supported for "
-                "pytorch backend", cfg.name)  # fmt: skip
+    log.warning(
+        "skipping model configuration auto-complete for '%s': not supported for pytorch backend",
+        cfg.name,
+    )
     return cfg
 
 
@@ -62,8 +64,10 @@ def input_positions(names: list[str], forward_args: list[str]) -> dict[str, int]
     indexed = {n: _index(n) for n in names}
     if all(i is not None for i in indexed.values()):
         return {n: i for n, i in indexed.items() if i is not None}
-    log.warning("inputs of a pytorch model are neither arguments of forward nor follow the "
-                "<name>__<index> naming convention; using the configuration order")  # fmt: skip
+    log.warning(
+        "inputs of a pytorch model are neither arguments of forward nor follow the "
+        "<name>__<index> naming convention; using the configuration order"
+    )
     return {n: i for i, n in enumerate(names)}
 
 
@@ -115,22 +119,30 @@ def _check_config(cfg: Any) -> None:
 
 def _thread_params(cfg: Any) -> None:
     torch = _torch()
-    for key, setter in (("INTRA_OP_THREAD_COUNT", torch.set_num_threads),
-                        ("INTER_OP_THREAD_COUNT", torch.set_num_interop_threads)):  # fmt: skip
+    for key, setter in (
+        ("INTRA_OP_THREAD_COUNT", torch.set_num_threads),
+        ("INTER_OP_THREAD_COUNT", torch.set_num_interop_threads),
+    ):
         p = cfg.parameters.get(key) if cfg.parameters else None
         if p is None or not p.string_value:
             continue
         try:
             n = int(p.string_value)
         except ValueError:
-            raise ConfigError(f"failed to convert '{key}' value '{p.string_value}' to an "
-                              f"integer for model '{cfg.name}'") from None  # fmt: skip
+            raise ConfigError(
+                f"failed to convert '{key}' value '{p.string_value}' to an "
+                f"integer for model '{cfg.name}'"
+            ) from None
         if n > 0:
             try:
                 setter(n)
             except RuntimeError:  # inter-op threads can be set once per process
-                log.warning("model '%s': %s=%d not applied (torch already started its pool)",
-                            cfg.name, key, n)  # fmt: skip
+                log.warning(
+                    "model '%s': %s=%d not applied (torch already started its pool)",
+                    cfg.name,
+                    key,
+                    n,
+                )
 
 
 def _inference_mode(cfg: Any) -> bool:
@@ -210,6 +222,9 @@ def create_instances(cfg: Any, model_dir: str, version: int) -> list[Instance]:
     instances: list[Instance] = []
     for group in cfg.instance_group:
         for i in range(max(1, int(group.count))):
-            instances.append(NativeInstance(f"{group.name}_{i}", cfg.name, layout,
-                                            lambda: _open(cfg, path), "pytorch error"))  # fmt: skip
+            instances.append(
+                TensorRuntimeInstance(
+                    f"{group.name}_{i}", cfg.name, layout, lambda: _open(cfg, path), "pytorch error"
+                )
+            )
     return instances

@@ -2,14 +2,13 @@
 
 ``--http-restricted-api`` / ``--grpc-restricted-protocol`` and ``--http-max-input-size`` are
 Triton's, with Triton's start-up errors; the other limits are modelyard's (Triton leaves
-them to libevhtp). Values are checked when the server starts (``frontend_options``).
+them to libevhtp). Values are checked when the server starts (``frontends/options.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from modelyard.frontends.http.limits import (
     DEFAULT_IDLE_TIMEOUT_S,
@@ -17,15 +16,10 @@ from modelyard.frontends.http.limits import (
     DEFAULT_MAX_HEADER_SIZE,
     DEFAULT_MAX_INPUT_SIZE,
     DEFAULT_READ_TIMEOUT_S,
-    HttpLimits,
-    default_max_connections,
 )
 from modelyard.frontends.restricted import (
     GROUPS,
     GRPC_HEADER_PREFIX,
-    RestrictionError,
-    Restrictions,
-    parse_restrictions,
 )
 
 
@@ -44,64 +38,65 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
 
 def add_frontend_flags(s: argparse.ArgumentParser) -> None:
     allowed = ", ".join(GROUPS)
-    s.add_argument("--http-restricted-api", action="append", default=[],
-                   metavar="API[,API...]:KEY=VALUE",
-                   help="restrict HTTP APIs to requests carrying header KEY with VALUE "
-                        f"(else 403); repeatable; APIs: {allowed}")  # fmt: skip
-    s.add_argument("--grpc-restricted-protocol", action="append", default=[],
-                   metavar="PROTOCOL[,PROTOCOL...]:KEY=VALUE",
-                   help="restrict gRPC protocols to calls carrying metadata "
-                        f"'{GRPC_HEADER_PREFIX}KEY' with VALUE (else UNAVAILABLE); repeatable; "
-                        f"protocols: {allowed}")  # fmt: skip
-    s.add_argument("--http-max-input-size", type=int, default=DEFAULT_MAX_INPUT_SIZE,
-                   metavar="BYTES",
-                   help="largest JSON part, JSON input, raw binary body and decompressed body "
-                        "of an HTTP request (Triton's flag)")  # fmt: skip
-    s.add_argument("--http-max-header-size", type=_positive(int), metavar="BYTES",
-                   default=DEFAULT_MAX_HEADER_SIZE,
-                   help="largest HTTP request line and headers (else 431)")  # fmt: skip
-    s.add_argument("--http-max-body-size", type=_positive(int), metavar="BYTES",
-                   default=DEFAULT_MAX_BODY_SIZE,
-                   help="largest HTTP request body as sent (else 413)")  # fmt: skip
-    s.add_argument("--http-max-connections", type=_positive(int), metavar="N", default=None,
-                   help="open HTTP connections at most; one more is answered 503 (default: "
-                        "half the open-file limit, at most 10000)")  # fmt: skip
-    s.add_argument("--http-read-timeout", type=_positive(float), metavar="SECONDS",
-                   default=DEFAULT_READ_TIMEOUT_S,
-                   help="longest pause while an HTTP request is being received, and before a "
-                        "new connection's first request (else 408 and close)")  # fmt: skip
-    s.add_argument("--http-idle-timeout", type=_positive(float), metavar="SECONDS",
-                   default=DEFAULT_IDLE_TIMEOUT_S,
-                   help="how long an idle keep-alive HTTP connection stays open")  # fmt: skip
-
-
-@dataclass
-class FrontendOptions:
-    http_limits: HttpLimits
-    http_restrictions: Restrictions
-    grpc_restrictions: Restrictions
-
-
-def frontend_options(args: argparse.Namespace, fd_limit: int) -> FrontendOptions:
-    """The frontends' settings; raises SystemExit with Triton's message for a bad value."""
-    if args.http_max_input_size <= 0:
-        raise SystemExit("Error: --http-max-input-size must be greater than 0.")
-    limits = HttpLimits(
-        max_input_size=args.http_max_input_size,
-        max_header_size=args.http_max_header_size,
-        max_body_size=args.http_max_body_size,
-        read_timeout=args.http_read_timeout,
-        idle_timeout=args.http_idle_timeout,
-        max_connections=args.http_max_connections or default_max_connections(fd_limit),
+    s.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="API[,API...]:KEY=VALUE",
+        help="restrict HTTP APIs to requests carrying header KEY with VALUE "
+        f"(else 403); repeatable; APIs: {allowed}",
     )
-    flags = (
-        ("http-restricted-api", args.http_restricted_api, "api", ""),
-        ("grpc-restricted-protocol", args.grpc_restricted_protocol, "protocol", GRPC_HEADER_PREFIX),
+    s.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="PROTOCOL[,PROTOCOL...]:KEY=VALUE",
+        help="restrict gRPC protocols to calls carrying metadata "
+        f"'{GRPC_HEADER_PREFIX}KEY' with VALUE (else UNAVAILABLE); repeatable; "
+        f"protocols: {allowed}",
     )
-    parsed: list[Restrictions] = []
-    for option, values, kind, prefix in flags:
-        try:
-            parsed.append(parse_restrictions(values, option, kind, prefix))
-        except RestrictionError as e:
-            raise SystemExit(f'Bad option: "--{option}".\n{e}') from None
-    return FrontendOptions(limits, parsed[0], parsed[1])
+    s.add_argument(
+        "--http-max-input-size",
+        type=int,
+        default=DEFAULT_MAX_INPUT_SIZE,
+        metavar="BYTES",
+        help="largest JSON part, JSON input, raw binary body and decompressed body "
+        "of an HTTP request (Triton's flag)",
+    )
+    s.add_argument(
+        "--http-max-header-size",
+        type=_positive(int),
+        metavar="BYTES",
+        default=DEFAULT_MAX_HEADER_SIZE,
+        help="largest HTTP request line and headers (else 431)",
+    )
+    s.add_argument(
+        "--http-max-body-size",
+        type=_positive(int),
+        metavar="BYTES",
+        default=DEFAULT_MAX_BODY_SIZE,
+        help="largest HTTP request body as sent (else 413)",
+    )
+    s.add_argument(
+        "--http-max-connections",
+        type=_positive(int),
+        metavar="N",
+        default=None,
+        help="open HTTP connections at most; one more is answered 503 (default: "
+        "half the open-file limit, at most 10000)",
+    )
+    s.add_argument(
+        "--http-read-timeout",
+        type=_positive(float),
+        metavar="SECONDS",
+        default=DEFAULT_READ_TIMEOUT_S,
+        help="longest pause while an HTTP request is being received, and before a "
+        "new connection's first request (else 408 and close)",
+    )
+    s.add_argument(
+        "--http-idle-timeout",
+        type=_positive(float),
+        metavar="SECONDS",
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        help="how long an idle keep-alive HTTP connection stays open",
+    )

@@ -53,20 +53,41 @@ def _positive_int(value: str) -> int:
 
 
 def _flag(p: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
-    p.add_argument(name, type=_bool, nargs="?", const=True, default=default, metavar="BOOL",
-                   help=f"{help} (default: {str(default).lower()})")  # fmt: skip
+    p.add_argument(
+        name,
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=default,
+        metavar="BOOL",
+        help=f"{help} (default: {str(default).lower()})",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="modelyard", description=(
-        "Serve Triton Inference Server model repositories (Python backend, BLS) over "
-        "Triton's HTTP and gRPC protocol."))  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="modelyard",
+        description=(
+            "Serve Triton Inference Server model repositories (Python backend, BLS) over "
+            "Triton's HTTP and gRPC protocol."
+        ),
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="run the inference server",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
-    s.add_argument("--model-repository", "--model-store", action="append", default=[],
-                   dest="model_repository", metavar="PATH", required=True,
-                   help="model repository folder; repeat for several")  # fmt: skip
+    s = sub.add_parser(
+        "serve",
+        help="run the inference server",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    s.add_argument(
+        "--model-repository",
+        "--model-store",
+        action="append",
+        default=[],
+        dest="model_repository",
+        metavar="PATH",
+        required=True,
+        help="model repository folder; repeat for several",
+    )
     s.add_argument("--http-port", type=int, default=8000, help="HTTP port (0 picks a free one)")
     s.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0 picks a free one)")
     s.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics port")
@@ -83,13 +104,22 @@ def build_parser() -> argparse.ArgumentParser:
         True,
         "allow clients to register system shared-memory regions (keys under /dev/shm)",
     )
-    s.add_argument("--cache-config", action="append", default=[], metavar="CACHE,KEY=VALUE",
-                   help="response cache, Triton's syntax: local,size=BYTES enables an LRU "
-                        "cache for models with response_cache { enable: true }")  # fmt: skip
-    s.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none",
-                   help="none: load every model at start; explicit: only --load-model and the "
-                        "repository API load models; poll: load every model and reload what "
-                        "changes in the repositories")  # fmt: skip
+    s.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        metavar="CACHE,KEY=VALUE",
+        help="response cache, Triton's syntax: local,size=BYTES enables an LRU "
+        "cache for models with response_cache { enable: true }",
+    )
+    s.add_argument(
+        "--model-control-mode",
+        choices=["none", "explicit", "poll"],
+        default="none",
+        help="none: load every model at start; explicit: only --load-model and the "
+        "repository API load models; poll: load every model and reload what "
+        "changes in the repositories",
+    )
     s.add_argument(
         "--load-model",
         action="append",
@@ -104,9 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="how often poll mode rescans the repositories (seconds, may be fractional)",
     )
     s.add_argument(
-        "--model-load-thread-count", type=_positive_int, default=4,
+        "--model-load-thread-count",
+        type=_positive_int,
+        default=4,
         help="at most this many models load at once; the others wait",
-    )  # fmt: skip
+    )
     _flag(
         s,
         "--strict-model-config",
@@ -119,9 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not auto-complete model configurations",
     )
     _flag(s, "--strict-readiness", True, "server ready only when every model is ready")
-    s.add_argument("--backend-config", action="append", default=[], metavar="BACKEND,KEY=VALUE",
-                   help="backend setting, e.g. python,default-max-batch-size=8 or "
-                        "python,shm-enabled=false; repeatable")  # fmt: skip
+    s.add_argument(
+        "--backend-config",
+        action="append",
+        default=[],
+        metavar="BACKEND,KEY=VALUE",
+        help="backend setting, e.g. python,default-max-batch-size=8 or "
+        "python,shm-enabled=false; repeatable",
+    )
     _flag(s, "--exit-on-error", False, "exit when a model fails to load")
     s.add_argument(
         "--exit-timeout-secs",
@@ -155,17 +192,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--id", default="triton", help="server id reported in server metadata")
     add_bench_parser(sub)
     return parser
-
-
-def parse_backend_config(items: Sequence[str]) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for item in items:
-        backend, sep, setting = item.partition(",")
-        key, eq, value = setting.partition("=")
-        if not sep or not eq or not backend or not key:
-            raise SystemExit(f"--backend-config expects BACKEND,KEY=VALUE, got '{item}'")
-        out.setdefault(backend, {})[key] = value
-    return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:

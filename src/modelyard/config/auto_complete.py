@@ -27,8 +27,12 @@ __all__ = [
 ]
 
 # Field numbers of the scheduling_choice oneof, as Triton prints them in its error.
-_SCHEDULING_CASE = {None: 0, "dynamic_batching": 11, "sequence_batching": 13,
-                    "ensemble_scheduling": 15}  # fmt: skip
+_SCHEDULING_CASE = {
+    None: 0,
+    "dynamic_batching": 11,
+    "sequence_batching": 13,
+    "ensemble_scheduling": 15,
+}
 
 
 def config_to_autocomplete_dict(cfg: ModelConfig) -> dict[str, Any]:

@@ -115,8 +115,11 @@ def normalize_model_config(cfg: ModelConfig) -> None:
         sb = cfg.sequence_batching
         if sb.max_sequence_idle_microseconds == 0:
             sb.max_sequence_idle_microseconds = SEQUENCE_IDLE_DEFAULT_MICROSECONDS
-        if (sb.HasField("oldest") and len(sb.oldest.preferred_batch_size) == 0
-                and cfg.max_batch_size > 0):  # fmt: skip
+        if (
+            sb.HasField("oldest")
+            and len(sb.oldest.preferred_batch_size) == 0
+            and cfg.max_batch_size > 0
+        ):
             sb.oldest.preferred_batch_size.append(cfg.max_batch_size)
     if not cfg.HasField("ensemble_scheduling"):
         opt = cfg.optimization

@@ -61,8 +61,12 @@ _INT64_TYPES = frozenset(
     {_FD.TYPE_INT64, _FD.TYPE_UINT64, _FD.TYPE_SINT64, _FD.TYPE_FIXED64, _FD.TYPE_SFIXED64}
 )
 _INT_KEY_TYPES = _INT64_TYPES | {
-    _FD.TYPE_INT32, _FD.TYPE_UINT32, _FD.TYPE_SINT32, _FD.TYPE_FIXED32, _FD.TYPE_SFIXED32,
-}  # fmt: skip
+    _FD.TYPE_INT32,
+    _FD.TYPE_UINT32,
+    _FD.TYPE_SINT32,
+    _FD.TYPE_FIXED32,
+    _FD.TYPE_SFIXED32,
+}
 
 
 class _Number(str):
@@ -97,10 +101,13 @@ def model_metadata(cfg: ModelConfig, versions: list[str]) -> dict[str, Any]:
 
     def tensors(ios: Any) -> list[dict[str, Any]]:
         return [
-            {"name": io.name, "datatype": _protocol_datatype(io.data_type),
-             "shape": batch + [int(d) for d in io.dims]}
+            {
+                "name": io.name,
+                "datatype": _protocol_datatype(io.data_type),
+                "shape": batch + [int(d) for d in io.dims],
+            }
             for io in ios
-        ]  # fmt: skip
+        ]
 
     return {
         "name": cfg.name,
@@ -244,8 +251,15 @@ def _rapidjson_double(x: float) -> str:
 
 # --- JSON text as rapidjson writes it --------------------------------------------------------
 
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
-            "\t": "\\t"}  # fmt: skip
+_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
 
 
 def _quote(text: str) -> str:

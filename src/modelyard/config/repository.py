@@ -134,12 +134,15 @@ def available_versions(model_dir: str | os.PathLike[str]) -> list[int]:
             continue
         name = entry.name
         if not (name.isascii() and name.isdigit()):
-            log.warning("ignore version directory '%s' which fails to convert to integral number",
-                        name)  # fmt: skip
+            log.warning(
+                "ignore version directory '%s' which fails to convert to integral number", name
+            )
             continue
         if len(name) > 1 and name[0] == "0":
-            log.warning("ignore version directory '%s' which contains leading zeros in its "
-                        "directory name", name)  # fmt: skip
+            log.warning(
+                "ignore version directory '%s' which contains leading zeros in its directory name",
+                name,
+            )
             continue
         versions.append(int(name))
     return sorted(versions)
@@ -161,8 +164,12 @@ def select_versions(config: ModelConfig, available: list[int]) -> list[int]:
             if v in have:
                 selected.append(int(v))
             else:
-                log.error("version %d is specified for model '%s', but the version directory "
-                          "is not present", v, config.name)  # fmt: skip
+                log.error(
+                    "version %d is specified for model '%s', but the version directory "
+                    "is not present",
+                    v,
+                    config.name,
+                )
     elif choice == "all":
         selected = have
     else:

@@ -122,8 +122,10 @@ def _validate_dynamic_batching(cfg: ModelConfig) -> None:
             )
         policies = [db.default_queue_policy, *db.priority_queue_policy.values()]
         for policy in policies:
-            if (policy.default_timeout_microseconds != 0
-                    and policy.timeout_action == ModelQueuePolicy.DELAY):  # fmt: skip
+            if (
+                policy.default_timeout_microseconds != 0
+                and policy.timeout_action == ModelQueuePolicy.DELAY
+            ):
                 raise ConfigError(
                     "Queue policy can not have DELAY as timeout action when 'preserve_ordering' "
                     f"is true for {name}"

@@ -12,9 +12,14 @@ from modelyard.errors import ConfigError
 __all__ = ["validate_sequence_batching"]
 
 _CORRID_TYPES = frozenset(
-    {DataType.TYPE_UINT64, DataType.TYPE_INT64, DataType.TYPE_UINT32, DataType.TYPE_INT32,
-     DataType.TYPE_STRING}
-)  # fmt: skip
+    {
+        DataType.TYPE_UINT64,
+        DataType.TYPE_INT64,
+        DataType.TYPE_UINT32,
+        DataType.TYPE_INT32,
+        DataType.TYPE_STRING,
+    }
+)
 _Control = ModelSequenceBatching.Control
 
 
@@ -26,8 +31,11 @@ def validate_sequence_batching(cfg: ModelConfig) -> None:
             f"Response Cache does not currently support model {name} with sequence batching "
             "scheduler. Please disable the response cache."
         )
-    for kind in (_Control.CONTROL_SEQUENCE_START, _Control.CONTROL_SEQUENCE_END,
-                 _Control.CONTROL_SEQUENCE_READY):  # fmt: skip
+    for kind in (
+        _Control.CONTROL_SEQUENCE_START,
+        _Control.CONTROL_SEQUENCE_END,
+        _Control.CONTROL_SEQUENCE_READY,
+    ):
         _check_control(sb, name, kind, boolean=True)
     dtype = _check_control(sb, name, _Control.CONTROL_SEQUENCE_CORRID, boolean=False)
     if dtype is not None and dtype not in _CORRID_TYPES:
@@ -83,8 +91,11 @@ def _check_control(sb: Any, name: str, kind: int, *, boolean: bool) -> int | Non
 
 
 def _check_control_values(c: Any, name: str, kind_name: str, *, boolean: bool) -> int:
-    lists = [("int32_false_true", DataType.TYPE_INT32), ("fp32_false_true", DataType.TYPE_FP32),
-             ("bool_false_true", DataType.TYPE_BOOL)]  # fmt: skip
+    lists = [
+        ("int32_false_true", DataType.TYPE_INT32),
+        ("fp32_false_true", DataType.TYPE_FP32),
+        ("bool_false_true", DataType.TYPE_BOOL),
+    ]
     given = [(field, dtype) for field, dtype in lists if len(getattr(c, field)) != 0]
     if not boolean:
         if given:

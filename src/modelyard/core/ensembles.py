@@ -20,14 +20,14 @@ from modelyard.config.normalize import normalize_config
 from modelyard.config.pbtxt import parse_config_text
 from modelyard.config.repository import available_versions, select_versions
 from modelyard.config.validate import validate_config
-from modelyard.core.stats import ModelStats
+from modelyard.core.model_version import ModelVersion
 from modelyard.core.validation import ModelSignature, signature_from_config
 from modelyard.errors import InvalidArgument, ModelyardError
 from modelyard.scheduling.ensemble import EnsembleScheduler, Step, steps_from_config
+from modelyard.serving.stats import ModelStats
 
 if TYPE_CHECKING:
-    from modelyard.core.lifecycle import ModelVersion
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 # A step model still loading is waited for this long (model initialization can be slow).
 STEP_LOAD_WAIT_S = 600.0
@@ -38,23 +38,26 @@ class EnsembleLoadError(InvalidArgument):
     ``load failed for model '<m>': <message>\n`` and lists the ensemble with no state."""
 
 
-async def load_ensemble(name: str, model_dir: str, cfg: Any,
-                        core: InferenceServer) -> list[ModelVersion]:  # fmt: skip
-    from modelyard.core.lifecycle import ModelVersion
+async def load_ensemble(
+    name: str, model_dir: str, cfg: Any, core: InferenceServer
+) -> list[ModelVersion]:
 
     cfg = normalize_config(cfg, name, model_dir=model_dir)
     validate_config(cfg)
     versions = select_versions(cfg, available_versions(model_dir))
     steps = steps_from_config(cfg)
     models = sorted({s.model for s in steps})
-    missing = [m for m in models if m not in core.registry.locations
-               and m not in core.registry.entries]  # fmt: skip
+    missing = [
+        m for m in models if m not in core.registry.locations and m not in core.registry.entries
+    ]
     for model in models:
         if model not in missing:
             await _ensure_loaded(core, name, model)
     if missing:
-        raise EnsembleLoadError(f"ensemble {name} contains models that are not available or "
-                                f"ambiguous: {', '.join(missing)}")  # fmt: skip
+        raise EnsembleLoadError(
+            f"ensemble {name} contains models that are not available or "
+            f"ambiguous: {', '.join(missing)}"
+        )
     steps = [replace(step, decoupled=_check_step(core, name, step)) for step in steps]
     # Triton derives the ensemble's transaction policy from its steps: decoupled if one is.
     cfg.model_transaction_policy.decoupled = any(step.decoupled for step in steps)
@@ -63,11 +66,19 @@ async def load_ensemble(name: str, model_dir: str, cfg: Any,
     for v in sorted(versions, reverse=True):
         sched = EnsembleScheduler(name, steps, core.submit, list(signature.outputs))
         sched.stats = ModelStats(name, str(v))
-        out.append(ModelVersion(
-            name=name, version=v, config=cfg, config_json=render.config_to_json(cfg),
-            signature=signature, decoupled=bool(cfg.model_transaction_policy.decoupled),
-            instances=[], scheduler=sched, stats=sched.stats,
-        ))  # fmt: skip
+        out.append(
+            ModelVersion(
+                name=name,
+                version=v,
+                config=cfg,
+                config_json=render.config_to_json(cfg),
+                signature=signature,
+                decoupled=bool(cfg.model_transaction_policy.decoupled),
+                instances=[],
+                scheduler=sched,
+                stats=sched.stats,
+            )
+        )
     return out
 
 

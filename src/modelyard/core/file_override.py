@@ -54,8 +54,9 @@ def check_path(key: str) -> PurePosixPath:
         elif not parts:
             why = "the path is empty"
     if why:
-        raise OverrideError(f"invalid file override path '{raw}' in load parameter "
-                            f"'{_PREFIX}{raw}': {why}")  # fmt: skip
+        raise OverrideError(
+            f"invalid file override path '{raw}' in load parameter '{_PREFIX}{raw}': {why}"
+        )
     return PurePosixPath(*parts)
 
 

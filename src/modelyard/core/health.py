@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from modelyard.core.lifecycle import ModelVersion
+    from modelyard.core.model_version import ModelVersion
     from modelyard.core.registry import ModelEntry
 
 log = logging.getLogger("modelyard")

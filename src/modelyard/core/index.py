@@ -18,8 +18,11 @@ def repository_index(registry: ModelRegistry, ready_only: bool) -> list[dict[str
         if entry is None or (not entry.versions and entry.state == ""):
             if not ready_only:
                 error = registry.errors.get(name)  # e.g. in two repositories
-                out.append({"name": name, "state": "UNAVAILABLE", "reason": error}
-                           if error else {"name": name})  # fmt: skip
+                out.append(
+                    {"name": name, "state": "UNAVAILABLE", "reason": error}
+                    if error
+                    else {"name": name}
+                )
             continue
         if entry.versions:
             for v, mv in sorted(entry.versions.items()):

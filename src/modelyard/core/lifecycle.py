@@ -5,25 +5,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from modelyard.backends.base import Instance
-from modelyard.backends.python.backend import (
-    PythonBackendOptions,
+from modelyard.backends.python.server.backend import (
     create_instances,
     prepare_exec_env,
     run_auto_complete,
 )
-from modelyard.backends.python.worker import PythonWorker, WorkerHandlers
+from modelyard.backends.python.server.process_instance import PythonWorker
 from modelyard.config import render
 from modelyard.config.normalize import normalize_config
 from modelyard.config.pbtxt import load_config_file
 from modelyard.config.repository import available_versions, select_versions
 from modelyard.config.validate import validate_config
-from modelyard.core.native import is_native, load_native_model
-from modelyard.core.stats import ModelStats
-from modelyard.core.validation import ModelSignature, signature_from_config
+from modelyard.core.ensembles import load_ensemble
+from modelyard.core.model_version import LoadOptions, ModelVersion
+from modelyard.core.tensor_models import is_tensor_model, load_tensor_model
+from modelyard.core.validation import signature_from_config
 from modelyard.core.warmup import warm_up
 from modelyard.errors import ModelyardError, Unsupported, VersionLoadError
 from modelyard.scheduling.base import Scheduler
@@ -31,39 +29,12 @@ from modelyard.scheduling.default import DefaultScheduler
 from modelyard.scheduling.dynamic import BatcherConfig, DynamicBatcher
 from modelyard.scheduling.iterative import IterativeSequenceBatcher
 from modelyard.scheduling.sequence import SequenceBatcher
+from modelyard.serving.stats import ModelStats
+
+if TYPE_CHECKING:
+    from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
-
-
-@dataclass
-class LoadOptions:
-    auto_complete: bool = True
-    backend_settings: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    @property
-    def python(self) -> PythonBackendOptions:
-        return PythonBackendOptions.from_settings(self.backend_settings.get("python", {}))
-
-
-@dataclass(eq=False)
-class ModelVersion:
-    name: str
-    version: int
-    config: Any  # model_config_pb2.ModelConfig, normalized
-    config_json: str
-    signature: ModelSignature
-    decoupled: bool
-    instances: list[Instance]
-    scheduler: Scheduler
-    stats: ModelStats
-
-    @property
-    def platform(self) -> str:
-        return str(self.config.platform or self.config.backend)
-
-    async def stop(self, drain_timeout: float) -> None:
-        await self.scheduler.drain(drain_timeout)
-        await asyncio.gather(*(i.stop() for i in self.instances), return_exceptions=True)
 
 
 def _detect_backend(cfg: Any, model_dir: str) -> None:
@@ -111,33 +82,41 @@ async def load_model(
     name: str,
     model_dir: str,
     opts: LoadOptions,
-    handlers: WorkerHandlers,
+    core: InferenceServer,
     override: Any | None = None,
 ) -> list[ModelVersion]:
     """Load every version the policy selects; raise ModelyardError naming the cause."""
     cfg = read_config(name, model_dir, override)
     if cfg.platform == "ensemble":
-        from modelyard.core.ensembles import load_ensemble
-
-        return await load_ensemble(name, model_dir, cfg, handlers.core)  # type: ignore[attr-defined]
-    if is_native(cfg):
-        return await load_native_model(name, model_dir, cfg, opts)
+        return await load_ensemble(name, model_dir, cfg, core)
+    if is_tensor_model(cfg):
+        return await load_tensor_model(name, model_dir, cfg, opts)
     if cfg.backend != "python":
         raise Unsupported(
             f"model '{name}': backend '{cfg.backend or cfg.platform or 'unknown'}' is not supported"
             " by this server (supported: python, onnxruntime, pytorch)"
         )
     py = opts.python
-    cfg = normalize_config(cfg, name, model_dir=model_dir, backend_default_max_batch_size=py.default_max_batch_size,
-                           auto_complete=opts.auto_complete)  # fmt: skip
+    cfg = normalize_config(
+        cfg,
+        name,
+        model_dir=model_dir,
+        backend_default_max_batch_size=py.default_max_batch_size,
+        auto_complete=opts.auto_complete,
+    )
     versions = select_versions(cfg, available_versions(model_dir))
     env = await prepare_exec_env(cfg, model_dir, max(versions), py)
     first: PythonWorker | None = None
     if opts.auto_complete:
-        cfg, first = await run_auto_complete(cfg, model_dir, max(versions), py, handlers, env)
+        cfg, first = await run_auto_complete(cfg, model_dir, max(versions), py, core.host, env)
         try:
-            cfg = normalize_config(cfg, name, model_dir=model_dir, backend_default_max_batch_size=py.default_max_batch_size,
-                                   auto_complete=True)  # fmt: skip
+            cfg = normalize_config(
+                cfg,
+                name,
+                model_dir=model_dir,
+                backend_default_max_batch_size=py.default_max_batch_size,
+                auto_complete=True,
+            )
         except BaseException:
             if first is not None:
                 await first.stop()
@@ -151,7 +130,7 @@ async def load_model(
     loaded: list[ModelVersion] = []
     try:
         for v in sorted(versions, reverse=True):
-            instances = create_instances(cfg, model_dir, v, py, handlers, first, env)
+            instances = create_instances(cfg, model_dir, v, py, core.host, first, env)
             first = None
             results = await asyncio.gather(*(i.start() for i in instances), return_exceptions=True)
             errors = [r for r in results if isinstance(r, BaseException)]
@@ -177,12 +156,19 @@ async def load_model(
                 sched = DefaultScheduler(name, instances)
             stats = ModelStats(name, str(v))
             sched.stats = stats
-            loaded.append(ModelVersion(
-                name=name, version=v, config=cfg, config_json=render.config_to_json(cfg),
-                signature=signature_from_config(cfg),
-                decoupled=bool(cfg.model_transaction_policy.decoupled),
-                instances=instances, scheduler=sched, stats=stats,
-            ))  # fmt: skip
+            loaded.append(
+                ModelVersion(
+                    name=name,
+                    version=v,
+                    config=cfg,
+                    config_json=render.config_to_json(cfg),
+                    signature=signature_from_config(cfg),
+                    decoupled=bool(cfg.model_transaction_policy.decoupled),
+                    instances=instances,
+                    scheduler=sched,
+                    stats=stats,
+                )
+            )
     except BaseException:
         if first is not None:
             await first.stop()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from modelyard.config.repository import scan_repositories
 
 if TYPE_CHECKING:
-    from modelyard.core.lifecycle import ModelVersion
+    from modelyard.core.model_version import ModelVersion
 
 log = logging.getLogger("modelyard")
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from modelyard import codec
-from modelyard.backends.base import RequestContext
-from modelyard.core.stats import ModelStats
+from modelyard import tensor_bytes
+from modelyard.serving.context import RequestContext
+from modelyard.serving.stats import ModelStats
 from modelyard.types import InferRequest, InferResponse, ParamValue, Tensor
 
 log = logging.getLogger("modelyard")
@@ -47,8 +47,9 @@ def parse_cache_config(items: Sequence[str]) -> int:
         if name not in SUPPORTED_CACHES:
             raise ValueError(f"--cache-config: cache '{name}' is not supported (supported: local)")
         if key != "size":
-            raise ValueError(f"--cache-config: unknown setting '{key}' for the local cache "
-                             "(supported: size)")  # fmt: skip
+            raise ValueError(
+                f"--cache-config: unknown setting '{key}' for the local cache (supported: size)"
+            )
         try:
             size = int(value)
         except ValueError:
@@ -104,7 +105,7 @@ class ResponseCache:
             if data is None:
                 h.update(bytes(t.raw or b""))
             elif data.dtype.kind == "O":
-                h.update(codec.serialize_bytes(data))
+                h.update(tensor_bytes.serialize_bytes(data))
             else:
                 h.update(
                     np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
@@ -133,7 +134,7 @@ class ResponseCache:
             if t.data is not None:
                 array = _frozen(t.data)
             else:
-                array = _frozen(codec.array_from_raw(t.datatype, t.shape, t.raw or b""))
+                array = _frozen(tensor_bytes.array_from_raw(t.datatype, t.shape, t.raw or b""))
             outputs.append((t.name, t.datatype, t.shape, array))
             size += _nbytes(array) + _OBJECT_OVERHEAD
         entry = _Entry(outputs, dict(response.parameters), size)
@@ -141,8 +142,11 @@ class ResponseCache:
             if key in self._entries:
                 return False
             if size > self.capacity:
-                log.debug("response of %d bytes exceeds the response cache (%d bytes)",
-                          size, self.capacity)  # fmt: skip
+                log.debug(
+                    "response of %d bytes exceeds the response cache (%d bytes)",
+                    size,
+                    self.capacity,
+                )
                 return True
             while self.used + size > self.capacity and self._entries:
                 _, old = self._entries.popitem(last=False)
@@ -156,8 +160,9 @@ class ResponseCache:
         outputs = [
             Tensor(name, datatype, shape, array) for name, datatype, shape, array in entry.outputs
         ]
-        return InferResponse(request.model_name, request.model_version, request.id, outputs,
-                             dict(entry.parameters))  # fmt: skip
+        return InferResponse(
+            request.model_name, request.model_version, request.id, outputs, dict(entry.parameters)
+        )
 
 
 class CachingScheduler:
@@ -230,8 +235,11 @@ def attach(mv: Any, cache: ResponseCache | None) -> None:
     if not mv.config.response_cache.enable:
         return
     if cache is None:
-        log.warning("model '%s' enables response_cache but the server has no cache "
-                    "(start it with --cache-config local,size=N)", mv.name)  # fmt: skip
+        log.warning(
+            "model '%s' enables response_cache but the server has no cache "
+            "(start it with --cache-config local,size=N)",
+            mv.name,
+        )
         return
     if not isinstance(mv.scheduler, CachingScheduler):
         mv.scheduler = CachingScheduler(mv.scheduler, cache, mv.stats)

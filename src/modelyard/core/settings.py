@@ -34,9 +34,13 @@ class LogSettings:
 
 
 _TRACE_DEFAULTS: dict[str, Any] = {
-    "trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1",
-    "log_frequency": "0", "trace_file": "", "trace_mode": "triton",
-}  # fmt: skip
+    "trace_level": ["OFF"],
+    "trace_rate": "1000",
+    "trace_count": "-1",
+    "log_frequency": "0",
+    "trace_file": "",
+    "trace_mode": "triton",
+}
 
 
 class TraceSettings:

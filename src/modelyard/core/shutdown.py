@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from modelyard.errors import Cancelled, Unavailable
 
 if TYPE_CHECKING:
-    from modelyard.core.lifecycle import ModelVersion
+    from modelyard.core.model_version import ModelVersion
 
 log = logging.getLogger("modelyard")
 
@@ -31,8 +31,9 @@ async def stop_all(versions: Sequence[ModelVersion], timeout: float) -> bool:
     for mv in versions:
         mv.scheduler.close(shutdown=True)
     log.info("Waiting for in-flight requests to complete.")
-    drained = await asyncio.gather(*(mv.scheduler.drain(max(0.0, deadline - loop.time()))
-                                     for mv in versions))  # fmt: skip
+    drained = await asyncio.gather(
+        *(mv.scheduler.drain(max(0.0, deadline - loop.time())) for mv in versions)
+    )
     if not all(drained):
         late = [mv for mv, ok in zip(versions, drained, strict=True) if not ok]
         _cut_off(versions, late, timeout)
@@ -48,18 +49,25 @@ async def stop_all(versions: Sequence[ModelVersion], timeout: float) -> bool:
     for task in pending:
         task.cancel()
     names = sorted({stops[t].name for t in pending})
-    log.error("finalize of %s did not finish within the exit timeout (%g s): abandoned",
-              ", ".join(names), timeout)  # fmt: skip
+    log.error(
+        "finalize of %s did not finish within the exit timeout (%g s): abandoned",
+        ", ".join(names),
+        timeout,
+    )
     _cut_off(versions, [], timeout)
     return False
 
 
-def _cut_off(versions: Sequence[ModelVersion], late: Sequence[ModelVersion],
-             timeout: float) -> None:  # fmt: skip
+def _cut_off(
+    versions: Sequence[ModelVersion], late: Sequence[ModelVersion], timeout: float
+) -> None:
     """Answer what is left and kill the workers, now."""
     if late:
-        log.error("exit timeout (%g s) expired with requests in flight for %s; cutting them off",
-                  timeout, ", ".join(f"'{mv.name}' version {mv.version}" for mv in late))  # fmt: skip
+        log.error(
+            "exit timeout (%g s) expired with requests in flight for %s; cutting them off",
+            timeout,
+            ", ".join(f"'{mv.name}' version {mv.version}" for mv in late),
+        )
     queued = Unavailable(
         f"Server is stopping, the exit timeout ({timeout:g} s) expired before the request ran"
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelyard import codec
+from modelyard import tensor_bytes
 from modelyard.errors import InvalidArgument
 from modelyard.types import InferRequest, Tensor
 
@@ -158,28 +158,28 @@ def _decode(request: InferRequest, tensor: Tensor, model: str) -> None:
             tensor.data = tensor.data.reshape(tensor.shape)
         return
     raw = tensor.raw
-    expected = codec.expected_byte_size(tensor.datatype, tensor.shape)
+    expected = tensor_bytes.expected_byte_size(tensor.datatype, tensor.shape)
     if expected is not None:
         if len(raw) != expected:
             raise InvalidArgument(
                 f"{_rid(request)}input byte size mismatch for input '{tensor.name}' for model "
                 f"'{model}'. Expected {expected}, got {len(raw)}"
             )
-        tensor.data = codec.array_from_raw(tensor.datatype, tensor.shape, raw)
+        tensor.data = tensor_bytes.array_from_raw(tensor.datatype, tensor.shape, raw)
     else:
         try:
-            elements = codec.deserialize_bytes(raw)
+            elements = tensor_bytes.deserialize_bytes(raw)
         except ValueError as e:
             raise InvalidArgument(
                 f"{_rid(request)}input '{tensor.name}' for model '{model}' holds malformed BYTES data: {e}"
             ) from None
-        count = codec.element_count(tensor.shape)
+        count = tensor_bytes.element_count(tensor.shape)
         if len(elements) != count:
             raise InvalidArgument(
                 f"{_rid(request)}expected {count} string elements for inference input "
                 f"'{tensor.name}' for model '{model}', got {len(elements)}"
             )
-        tensor.data = codec.bytes_array(elements, tensor.shape)
+        tensor.data = tensor_bytes.bytes_array(elements, tensor.shape)
     tensor.raw = None
 
 
@@ -190,8 +190,13 @@ def signature_from_config(cfg: Any) -> ModelSignature:
     def spec(io: Any, is_input: bool) -> IOSpec:
         dims = tuple(int(d) for d in io.dims)
         reshape = tuple(int(d) for d in io.reshape.shape) if io.HasField("reshape") else None
-        return IOSpec(io.name, config_datatype(io.data_type), dims,
-                      bool(io.optional) if is_input else False, reshape)  # fmt: skip
+        return IOSpec(
+            io.name,
+            config_datatype(io.data_type),
+            dims,
+            bool(io.optional) if is_input else False,
+            reshape,
+        )
 
     inputs = {i.name: spec(i, True) for i in cfg.input}
     outputs = {o.name: spec(o, False) for o in cfg.output}

@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from modelyard import codec
-from modelyard.backends.base import Instance, RequestContext
+from modelyard import tensor_bytes
+from modelyard.backends.instance import Instance
 from modelyard.errors import InvalidArgument, ModelyardError, VersionLoadError
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse, Tensor, config_datatype, numpy_dtype
 
 log = logging.getLogger("modelyard")
@@ -64,8 +65,9 @@ def _sample_inputs(cfg: Any, sample: Any, model_dir: str, rng: np.random.Generat
     return inputs
 
 
-def _from_file(model_dir: str, filename: str, datatype: str, count: int,
-               shape: tuple[int, ...]) -> np.ndarray[Any, Any]:  # fmt: skip
+def _from_file(
+    model_dir: str, filename: str, datatype: str, count: int, shape: tuple[int, ...]
+) -> np.ndarray[Any, Any]:
     path = os.path.join(model_dir, WARMUP_FOLDER, filename)
     try:
         with open(path, "rb") as f:
@@ -74,7 +76,7 @@ def _from_file(model_dir: str, filename: str, datatype: str, count: int,
         raise InvalidArgument(f"failed to open text file for read {path}: {e.strerror}") from None
     if datatype == "BYTES":
         try:
-            elements = codec.deserialize_bytes(content)
+            elements = tensor_bytes.deserialize_bytes(content)
         except ValueError as e:
             raise InvalidArgument(
                 f"warmup data file {filename} holds malformed BYTES: {e}"
@@ -83,7 +85,7 @@ def _from_file(model_dir: str, filename: str, datatype: str, count: int,
             raise InvalidArgument(
                 f"warmup data file {filename} holds {len(elements)} strings, expected {count}"
             )
-        return codec.bytes_array(elements, shape)
+        return tensor_bytes.bytes_array(elements, shape)
     dtype = numpy_dtype(datatype)
     size = count * dtype.itemsize
     if size > len(content):
@@ -94,8 +96,9 @@ def _from_file(model_dir: str, filename: str, datatype: str, count: int,
     return np.frombuffer(content[:size], dtype=dtype).reshape(shape)
 
 
-async def _run_sample(cfg: Any, version: int, instance: Instance, sample: Any,
-                      inputs: list[list[Tensor]]) -> None:  # fmt: skip
+async def _run_sample(
+    cfg: Any, version: int, instance: Instance, sample: Any, inputs: list[list[Tensor]]
+) -> None:
     loop = asyncio.get_running_loop()
     for _ in range(max(1, int(sample.count))):
         errors: list[str] = []
@@ -105,8 +108,9 @@ async def _run_sample(cfg: Any, version: int, instance: Instance, sample: Any,
             fut: asyncio.Future[None] = loop.create_future()
             futures.append(fut)
 
-            def on_response(resp: InferResponse, fut: asyncio.Future[None] = fut,
-                            errors: list[str] = errors) -> None:  # fmt: skip
+            def on_response(
+                resp: InferResponse, fut: asyncio.Future[None] = fut, errors: list[str] = errors
+            ) -> None:
                 if resp.error is not None:
                     errors.append(resp.error.message)
                 if resp.final and not fut.done():
@@ -114,8 +118,12 @@ async def _run_sample(cfg: Any, version: int, instance: Instance, sample: Any,
 
             request = InferRequest(cfg.name, list(tensors), model_version=str(version))
             batch.append(RequestContext(request, None, on_response))
-        log.debug("model '%s' instance %s is running warmup sample '%s'",
-                  cfg.name, instance.name, sample.name)  # fmt: skip
+        log.debug(
+            "model '%s' instance %s is running warmup sample '%s'",
+            cfg.name,
+            instance.name,
+            sample.name,
+        )
         try:
             await instance.execute(batch)
             await asyncio.wait_for(asyncio.gather(*futures), WARMUP_TIMEOUT_S)

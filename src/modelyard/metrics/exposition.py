@@ -11,40 +11,62 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from modelyard.core.stats import FAILURE_REASONS, ModelStats
 from modelyard.metrics.custom import labels_text, number
+from modelyard.serving.stats import FAILURE_REASONS, ModelStats
 
 if TYPE_CHECKING:
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 _CACHED = "(includes cached requests)"
 _NOT_CACHED = "(does not include cached requests)"
 # (name, help, value from a version's statistics); failures are written per reason.
 _COUNTERS: list[tuple[str, str, Callable[[ModelStats], int]]] = [
-    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes",
-     lambda s: s.success.count),
-    ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes",
-     lambda s: s.fail.count),
-    ("nv_inference_count", f"Number of inferences performed {_NOT_CACHED}",
-     lambda s: s.inference_count),
-    ("nv_inference_exec_count", f"Number of model executions performed {_NOT_CACHED}",
-     lambda s: s.execution_count),
-    ("nv_inference_request_duration_us",
-     f"Cumulative inference request duration in microseconds {_CACHED}",
-     lambda s: s.success.ns // 1000),
-    ("nv_inference_queue_duration_us",
-     f"Cumulative inference queuing duration in microseconds {_CACHED}",
-     lambda s: s.queue.ns // 1000),
-    ("nv_inference_compute_input_duration_us",
-     f"Cumulative compute input duration in microseconds {_NOT_CACHED}",
-     lambda s: s.compute_input.ns // 1000),
-    ("nv_inference_compute_infer_duration_us",
-     f"Cumulative compute inference duration in microseconds {_NOT_CACHED}",
-     lambda s: s.compute_infer.ns // 1000),
-    ("nv_inference_compute_output_duration_us",
-     f"Cumulative inference compute output duration in microseconds {_NOT_CACHED}",
-     lambda s: s.compute_output.ns // 1000),
-]  # fmt: skip
+    (
+        "nv_inference_request_success",
+        "Number of successful inference requests, all batch sizes",
+        lambda s: s.success.count,
+    ),
+    (
+        "nv_inference_request_failure",
+        "Number of failed inference requests, all batch sizes",
+        lambda s: s.fail.count,
+    ),
+    (
+        "nv_inference_count",
+        f"Number of inferences performed {_NOT_CACHED}",
+        lambda s: s.inference_count,
+    ),
+    (
+        "nv_inference_exec_count",
+        f"Number of model executions performed {_NOT_CACHED}",
+        lambda s: s.execution_count,
+    ),
+    (
+        "nv_inference_request_duration_us",
+        f"Cumulative inference request duration in microseconds {_CACHED}",
+        lambda s: s.success.ns // 1000,
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        f"Cumulative inference queuing duration in microseconds {_CACHED}",
+        lambda s: s.queue.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        f"Cumulative compute input duration in microseconds {_NOT_CACHED}",
+        lambda s: s.compute_input.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        f"Cumulative compute inference duration in microseconds {_NOT_CACHED}",
+        lambda s: s.compute_infer.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        f"Cumulative inference compute output duration in microseconds {_NOT_CACHED}",
+        lambda s: s.compute_output.ns // 1000,
+    ),
+]
 
 
 class CpuSampler:
@@ -100,8 +122,10 @@ def render_core(core: InferenceServer, cpu: CpuSampler) -> bytes:
             else:
                 out.append(f"{name}{labels_text([model, version])} {get(mv.stats)}")
     name = "nv_inference_pending_request_count"
-    out += [f"# HELP {name} Instantaneous number of pending requests awaiting execution "
-            "per-model.", f"# TYPE {name} gauge"]  # fmt: skip
+    out += [
+        f"# HELP {name} Instantaneous number of pending requests awaiting execution per-model.",
+        f"# TYPE {name} gauge",
+    ]
     for mv in versions:
         pending = mv.scheduler.pending
         out.append(

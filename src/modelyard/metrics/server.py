@@ -11,7 +11,7 @@ from modelyard.metrics import custom
 from modelyard.metrics.exposition import CpuSampler, render_core
 
 if TYPE_CHECKING:
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
 

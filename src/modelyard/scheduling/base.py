@@ -8,10 +8,11 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
-from modelyard.backends.base import Instance, RequestContext
-from modelyard.core.stats import ModelStats
+from modelyard.backends.instance import Instance
 from modelyard.errors import InternalError, ModelyardError, Unavailable
-from modelyard.scheduling.deadlock import can_progress
+from modelyard.serving.context import RequestContext
+from modelyard.serving.deadlock import can_progress
+from modelyard.serving.stats import ModelStats
 from modelyard.types import InferResponse
 
 

@@ -18,8 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from modelyard.backends.base import Instance, RequestContext
-from modelyard.core.stats import ModelStats
+from modelyard.backends.instance import Instance
 from modelyard.errors import Unavailable
 from modelyard.scheduling.base import (
     BatchTasks,
@@ -28,6 +27,8 @@ from modelyard.scheduling.base import (
     pick_instance,
     run_batch,
 )
+from modelyard.serving.context import RequestContext
+from modelyard.serving.stats import ModelStats
 
 
 def _stands_alone(batch: list[RequestContext]) -> bool:

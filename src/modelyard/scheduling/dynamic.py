@@ -14,8 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelyard.backends.base import Instance, RequestContext
-from modelyard.core.stats import ModelStats
+from modelyard.backends.instance import Instance
 from modelyard.errors import Unavailable
 from modelyard.scheduling.base import (
     BatchTasks,
@@ -24,6 +23,8 @@ from modelyard.scheduling.base import (
     pick_instance,
     run_batch,
 )
+from modelyard.serving.context import RequestContext
+from modelyard.serving.stats import ModelStats
 from modelyard.types import InferResponse
 
 
@@ -169,8 +170,14 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
                 if item.deadline_ns and now >= item.deadline_ns and not item.delay_on_timeout:
                     self._count -= 1
                     r = item.ctx.request
-                    item.ctx.send(InferResponse(r.model_name, r.model_version, r.id,
-                                                error=Unavailable("Request timeout expired")))  # fmt: skip
+                    item.ctx.send(
+                        InferResponse(
+                            r.model_name,
+                            r.model_version,
+                            r.id,
+                            error=Unavailable("Request timeout expired"),
+                        )
+                    )
                     continue
                 kept.append(item)
             q.clear()
@@ -264,8 +271,11 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
             due = min(item.ctx.t_queued for item in items) + self.config.max_queue_delay_us * 1000
             deadlines = [item.deadline_ns for item in items if item.deadline_ns]
         else:
-            deadlines = [item.deadline_ns for item in items
-                         if item.deadline_ns > now and not item.delay_on_timeout]  # fmt: skip
+            deadlines = [
+                item.deadline_ns
+                for item in items
+                if item.deadline_ns > now and not item.delay_on_timeout
+            ]
         if deadlines:
             due = min(deadlines) if due is None else min(due, min(deadlines))
         if due is not None:

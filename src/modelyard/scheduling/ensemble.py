@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from modelyard.backends.base import RequestContext
-from modelyard.core.stats import ModelStats
 from modelyard.errors import ModelyardError
 from modelyard.scheduling.base import refusal
+from modelyard.serving.context import RequestContext
+from modelyard.serving.stats import ModelStats
 from modelyard.types import (
     SEQUENCE_END,
     SEQUENCE_START,
@@ -59,8 +59,9 @@ def steps_from_config(cfg: Any) -> list[Step]:
 
 
 class EnsembleScheduler:
-    def __init__(self, model_name: str, steps: list[Step], submit: SubmitFn,
-                 output_names: list[str]) -> None:  # fmt: skip
+    def __init__(
+        self, model_name: str, steps: list[Step], submit: SubmitFn, output_names: list[str]
+    ) -> None:
         self.model_name = model_name
         self.steps = steps
         self.output_names = output_names
@@ -174,11 +175,17 @@ class _Run:
         r = self.ctx.request
         inputs = [_renamed(flow.tensors[t], name) for name, t in step.inputs]
         request = InferRequest(
-            step.model, inputs, step.version, r.id,
+            step.model,
+            inputs,
+            step.version,
+            r.id,
             outputs=[RequestedOutput(name) for name, _ in step.outputs],
-            parameters=dict(r.parameters), correlation_id=r.correlation_id, flags=r.flags,
-            priority=r.priority, timeout_us=r.timeout_us,
-        )  # fmt: skip
+            parameters=dict(r.parameters),
+            correlation_id=r.correlation_id,
+            flags=r.flags,
+            priority=r.priority,
+            timeout_us=r.timeout_us,
+        )
         key = self.keys = self.keys + 1
         self.running[key] = None
         flow.running += 1
@@ -214,8 +221,9 @@ class _Run:
             for name, ens in step.outputs:
                 tensor = produced.get(name)
                 if tensor is None:
-                    self._fail(ModelyardError(
-                        f"model '{resp.model_name}' did not produce output '{name}'"))  # fmt: skip
+                    self._fail(
+                        ModelyardError(f"model '{resp.model_name}' did not produce output '{name}'")
+                    )
                     return
                 outputs[ens] = _renamed(tensor, ens)
             if step.decoupled:
@@ -246,9 +254,11 @@ class _Run:
             return
         flow.emitted = True
         # Triton's ensemble responses carry the request's sequence parameters.
-        params: dict[str, ParamValue] = {"sequence_id": r.correlation_id,
-                                         "sequence_start": bool(r.flags & SEQUENCE_START),
-                                         "sequence_end": bool(r.flags & SEQUENCE_END)}  # fmt: skip
+        params: dict[str, ParamValue] = {
+            "sequence_id": r.correlation_id,
+            "sequence_start": bool(r.flags & SEQUENCE_START),
+            "sequence_end": bool(r.flags & SEQUENCE_END),
+        }
         outputs = [flow.tensors[n] for n in sorted(names)]
         resp = InferResponse(r.model_name, r.model_version, r.id, outputs, params, final=False)
         if self.held is not None:

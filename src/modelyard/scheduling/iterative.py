@@ -23,11 +23,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelyard.backends.base import Instance, RequestContext
-from modelyard.core.stats import ModelStats
+from modelyard.backends.instance import Instance
 from modelyard.errors import Cancelled, InvalidArgument, Unavailable
 from modelyard.scheduling.base import BatchTasks, run_batch
 from modelyard.scheduling.sequence import control_tensors, controls_from_config
+from modelyard.serving.context import RequestContext
+from modelyard.serving.stats import ModelStats
 from modelyard.types import SEQUENCE_START, InferResponse
 
 _START, _READY, _END, _CORRID = 0, 1, 2, 3  # ModelSequenceBatching.Control.Kind
@@ -44,8 +45,9 @@ class _Seq:
 
 
 class IterativeSequenceBatcher(BatchTasks):
-    def __init__(self, model_name: str, instances: list[Instance], cfg: Any,
-                 max_queue_size: int = 0):  # fmt: skip
+    def __init__(
+        self, model_name: str, instances: list[Instance], cfg: Any, max_queue_size: int = 0
+    ):
         self.model_name = model_name
         self._instances = instances
         self._slots = max(1, int(cfg.max_batch_size))

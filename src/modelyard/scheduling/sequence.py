@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from modelyard.backends.base import Instance, RequestContext
-from modelyard.core.stats import ModelStats
+from modelyard.backends.instance import Instance
 from modelyard.errors import InvalidArgument
 from modelyard.scheduling.base import BatchTasks, run_batch
+from modelyard.serving.context import RequestContext
+from modelyard.serving.stats import ModelStats
 from modelyard.types import (
     SEQUENCE_END,
     SEQUENCE_START,
@@ -48,11 +49,11 @@ def controls_from_config(cfg: Any) -> list[_Control]:
             if kind == _CORRID:
                 out.append(_Control(ci.name, kind, config_datatype(c.data_type)))
             elif len(c.int32_false_true) == 2:
-                out.append(_Control(ci.name, kind, "INT32", tuple(c.int32_false_true)))  # type: ignore[arg-type]
+                out.append(_Control(ci.name, kind, "INT32", tuple(c.int32_false_true)))
             elif len(c.fp32_false_true) == 2:
-                out.append(_Control(ci.name, kind, "FP32", tuple(c.fp32_false_true)))  # type: ignore[arg-type]
+                out.append(_Control(ci.name, kind, "FP32", tuple(c.fp32_false_true)))
             elif len(c.bool_false_true) == 2:
-                out.append(_Control(ci.name, kind, "BOOL", tuple(c.bool_false_true)))  # type: ignore[arg-type]
+                out.append(_Control(ci.name, kind, "BOOL", tuple(c.bool_false_true)))
     return out
 
 

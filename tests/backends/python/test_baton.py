@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from modelyard.backends.python import baton as baton_mod
-from modelyard.backends.python import ipc
-from modelyard.backends.python.baton import ReadBaton
+from modelyard.backends.python.protocol import framing as ipc
+from modelyard.backends.python.worker import baton as baton_mod
+from modelyard.backends.python.worker.baton import ReadBaton
 from tests.helpers import wait_until
 
 

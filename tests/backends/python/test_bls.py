@@ -26,8 +26,8 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
 from tritonclient.utils import InferenceServerException
 
-from modelyard.backends.base import RequestContext
 from modelyard.scheduling.default import DefaultScheduler
+from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse
 from tests.conftest import Serving
 from tests.helpers import MODES, grpc_input, http_input, wait_until_async

@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from modelyard.backends.python.client_regions import ClientRegions
+from modelyard.backends.python.worker.region_maps import ClientRegions
 from tests.conftest import Serving
 from tests.helpers import client_for, wait_until
 from tests.serverproc import ServerProcess

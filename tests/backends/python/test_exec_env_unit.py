@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from modelyard.backends.python import exec_env
+from modelyard.backends.python.server import exec_env
 from tests.backends.python.envbuild import malicious
 
 

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from modelyard.backends.python import shm
+from modelyard.backends.python.protocol import tensor_pool as shm
 
 
 def test_large_tensor_goes_through_a_segment_and_is_reused(tmp_path: object) -> None:

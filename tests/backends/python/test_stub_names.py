@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from modelyard.backends.python.backend import check_stub_name
+from modelyard.backends.python.server.backend import check_stub_name
 from modelyard.errors import ErrorCode, VersionLoadError
 from tests.conftest import Serving
 from tests.core.modelfiles import config_json, model_source, write_model

@@ -21,7 +21,7 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from modelyard.backends.python.restart import RestartPolicy, describe_exit
+from modelyard.backends.python.server.restart import RestartPolicy, describe_exit
 from tests.conftest import Serving
 from tests.healthmodels import CRASHY, FLAKY, STEADY, write_model
 from tests.helpers import grpc_input, http_input, wait_for_log, wait_until
@@ -208,7 +208,7 @@ def _worker_pid(server_pid: int) -> int:
                 cmdline = f.read()
         except OSError:
             continue
-        if ppid == server_pid and b"modelyard.backends.python.stub" in cmdline:
+        if ppid == server_pid and b"modelyard.backends.python.worker" in cmdline:
             found.append(int(entry))
     assert len(found) == 1, found
     return found[0]

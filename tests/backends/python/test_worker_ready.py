@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from modelyard.backends.python.worker import PythonWorker, WorkerSpec
+from modelyard.backends.python.server.process_instance import PythonWorker, WorkerSpec
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from modelyard.backends.python import shm
-from modelyard.backends.python.worker import PythonWorker, WorkerSpec
+from modelyard.backends.python.protocol import tensor_pool as shm
+from modelyard.backends.python.server.process_instance import PythonWorker, WorkerSpec
 
 
 async def test_stop_sweeps_only_its_own_segments(

@@ -13,9 +13,10 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc._utils import _get_inference_request
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
-from modelyard import codec as tensor_codec
+from modelyard import tensor_bytes as tensor_codec
 from modelyard.errors import ErrorCode, InvalidArgument, ModelyardError
-from modelyard.frontends.grpc import codec, wire
+from modelyard.frontends.grpc import proto_convert as codec
+from modelyard.frontends.grpc import wire
 from modelyard.types import (
     SEQUENCE_END,
     SEQUENCE_START,

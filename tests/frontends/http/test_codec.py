@@ -14,9 +14,10 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import serialize_byte_tensor
 
-from modelyard import codec as core_codec
+from modelyard import tensor_bytes as core_codec
 from modelyard.errors import ErrorCode, ModelyardError
-from modelyard.frontends.http import codec, compression
+from modelyard.frontends.http import compression
+from modelyard.frontends.http import infer_body as codec
 from modelyard.frontends.http.errors import HTTP_STATUS, http_status
 from modelyard.types import SEQUENCE_END, SEQUENCE_START, InferResponse, Tensor
 from tests.helpers import http_input

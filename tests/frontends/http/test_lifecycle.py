@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from modelyard.core.server import InferenceServer, ServerOptions
+from modelyard.core.api import InferenceServer
+from modelyard.core.options import ServerOptions
 from modelyard.frontends.http.server import _Router, start_http_server
 from tests.conftest import Serving
 from tests.frontends.http.conftest import LOADED, UNLOADED

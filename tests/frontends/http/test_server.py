@@ -18,7 +18,7 @@ import tritonclient.http.aio as aioclient
 from tritonclient.http import InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
-from modelyard.core.server import SERVER_VERSION
+from modelyard.core.api import SERVER_VERSION
 from tests.frontends.http.conftest import LOADED, call
 from tests.helpers import http_input
 from tests.serverproc import ServerProcess

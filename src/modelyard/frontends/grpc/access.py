@@ -22,9 +22,12 @@ from modelyard.frontends import restricted as groups
 from modelyard.frontends.grpc.wire import WireInferRequest, unparsable
 
 METHOD_GROUPS: dict[str, str] = {
-    "ServerLive": groups.HEALTH, "ServerReady": groups.HEALTH, "ModelReady": groups.HEALTH,
+    "ServerLive": groups.HEALTH,
+    "ServerReady": groups.HEALTH,
+    "ModelReady": groups.HEALTH,
     "Check": groups.HEALTH,  # grpc.health.v1.Health
-    "ServerMetadata": groups.METADATA, "ModelMetadata": groups.METADATA,
+    "ServerMetadata": groups.METADATA,
+    "ModelMetadata": groups.METADATA,
     "ModelConfig": groups.MODEL_CONFIG,
     "ModelStatistics": groups.STATISTICS,
     "TraceSetting": groups.TRACE,
@@ -38,8 +41,9 @@ METHOD_GROUPS: dict[str, str] = {
     "RepositoryIndex": groups.MODEL_REPOSITORY,
     "RepositoryModelLoad": groups.MODEL_REPOSITORY,
     "RepositoryModelUnload": groups.MODEL_REPOSITORY,
-    "ModelInfer": groups.INFERENCE, "ModelStreamInfer": groups.INFERENCE,
-}  # fmt: skip
+    "ModelInfer": groups.INFERENCE,
+    "ModelStreamInfer": groups.INFERENCE,
+}
 
 Unary = Callable[[Any, Any], Awaitable[Any]]
 Streaming = Callable[[Any, Any], AsyncIterator[Any]]

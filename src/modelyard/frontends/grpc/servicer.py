@@ -2,7 +2,7 @@
 
 Each method receives a protobuf request (ModelInfer: a ``wire.WireInferRequest``) and returns
 the response message (ModelInfer: a ``wire.EncodedResponse``); core errors become gRPC
-statuses through ``codec.GRPC_STATUS``.
+statuses through ``proto_convert.GRPC_STATUS``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 
-from modelyard.core.shared_memory import cuda_unsupported
 from modelyard.errors import (
     InternalError,
     InvalidArgument,
@@ -25,9 +24,10 @@ from modelyard.errors import (
     NotFound,
     Unsupported,
 )
-from modelyard.frontends.grpc import codec, extensions
+from modelyard.frontends.grpc import extensions, proto_convert
 from modelyard.frontends.grpc.stream import run_stream
 from modelyard.frontends.grpc.wire import EncodedResponse, WireInferRequest
+from modelyard.serving.shm_regions import cuda_unsupported
 from modelyard.types import InferRequest, InferResponse
 
 log = logging.getLogger("modelyard")
@@ -37,7 +37,7 @@ _REPOSITORY_NAME_UNSUPPORTED = "'repository_name' specification is not supported
 
 
 class Core(Protocol):
-    """The part of ``core.server.InferenceServer`` this frontend uses (``shm_*`` optional)."""
+    """The part of ``core.api.InferenceServer`` this frontend uses (``shm_*`` optional)."""
 
     def is_live(self) -> bool: ...
     def is_ready(self) -> bool: ...
@@ -66,7 +66,7 @@ async def abort(context: Any, error: BaseException) -> NoReturn:
     if not isinstance(error, ModelyardError):
         log.exception("gRPC handler failed", exc_info=error)
         error = InternalError(f"{type(error).__name__}: {error}")
-    await context.abort(codec.grpc_status(error.code), error.message)
+    await context.abort(proto_convert.grpc_status(error.code), error.message)
     raise AssertionError("unreachable")  # context.abort raises
 
 
@@ -105,7 +105,7 @@ class InferenceServicer:
 
     @_rpc
     async def ModelReady(self, request: Any, context: Any) -> Any:
-        version = codec.check_version(request.version)
+        version = proto_convert.check_version(request.version)
         ready = await self._core.check_model_ready(request.name, version)
         return pb.ModelReadyResponse(ready=ready)
 
@@ -120,7 +120,7 @@ class InferenceServicer:
 
     @_rpc
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
-        version = codec.check_version(request.version)
+        version = proto_convert.check_version(request.version)
         md = self._core.model_metadata(request.name, version)
         response = pb.ModelMetadataResponse(
             name=md.get("name", ""),
@@ -138,7 +138,7 @@ class InferenceServicer:
 
     @_rpc
     async def ModelConfig(self, request: Any, context: Any) -> Any:
-        version = codec.check_version(request.version)
+        version = proto_convert.check_version(request.version)
         config = self._core.model_config(request.name, version)
         response = pb.ModelConfigResponse()
         try:
@@ -155,16 +155,16 @@ class InferenceServicer:
                 raise InvalidArgument(request.error)
             # Triton's order: version string, transaction policy, then parameters and inputs.
             msg = request.msg
-            version = codec.check_version(msg.model_version) if msg.model_version else ""
+            version = proto_convert.check_version(msg.model_version) if msg.model_version else ""
             if self._core.is_decoupled(msg.model_name, version):
                 raise Unsupported(DECOUPLED_UNSUPPORTED)
-            decoded = codec.decode_infer_request(request)
+            decoded = proto_convert.decode_infer_request(request)
             response = await self._core.infer(decoded.request)
             if response.error is not None:
                 raise response.error
             if decoded.classification:
                 extensions.classify_outputs(self._core, response, decoded.classification)
-            return codec.encode_infer_response(response)
+            return proto_convert.encode_infer_response(response)
         except grpc.aio.AbortError:
             raise
         except Exception as e:
@@ -180,7 +180,7 @@ class InferenceServicer:
 
     @_rpc
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
-        version = codec.check_version(request.version)
+        version = proto_convert.check_version(request.version)
         stats = self._core.statistics(request.name, version)
         return json_format.ParseDict(
             stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True

@@ -23,8 +23,8 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from modelyard.errors import ErrorCode, InternalError, InvalidArgument, ModelyardError
-from modelyard.frontends.grpc import codec, extensions
-from modelyard.frontends.grpc.codec import Decoded
+from modelyard.frontends.grpc import extensions, proto_convert
+from modelyard.frontends.grpc.proto_convert import Decoded
 from modelyard.frontends.grpc.wire import EncodedResponse, WireInferRequest
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ async def run_stream(
                 break
             response, code = item
             if code is not None and grpc_error:
-                await context.abort(codec.grpc_status(code), response.error_message)
+                await context.abort(proto_convert.grpc_status(code), response.error_message)
             yield response
         await reader  # re-raise what ended the reader, if anything
     finally:
@@ -96,9 +96,9 @@ class _Session:
                     if wire.error:  # this message was not a ModelInferRequest
                         raise InvalidArgument(wire.error)
                     # Triton's order: version string, transaction policy, parameters, inputs.
-                    version = codec.check_version(msg.model_version)
+                    version = proto_convert.check_version(msg.model_version)
                     decoupled = self.core.is_decoupled(msg.model_name, version)
-                    decoded = codec.decode_infer_request(wire)
+                    decoded = proto_convert.decode_infer_request(wire)
                 except ModelyardError as e:
                     error = e
                 except Exception as e:
@@ -162,7 +162,7 @@ class _Session:
                     return _model_error(msg, response.error, True)
                 if decoded.classification:
                     extensions.classify_outputs(self.core, response, decoded.classification)
-                return codec.encode_infer_response(response, final=True), None
+                return proto_convert.encode_infer_response(response, final=True), None
         except ModelyardError as e:
             return _pre_error(msg, e)
         except Exception as e:
@@ -186,15 +186,17 @@ class _Session:
                 final = response.final
                 if response.error is not None:
                     await self._emit(*_model_error(msg, response.error, final))
-                elif codec.is_flag_only_final(response):
+                elif proto_convert.is_flag_only_final(response):
                     if empty_final:
                         await self._emit(
-                            codec.encode_empty_final(msg.id, msg.model_name, msg.model_version)
+                            proto_convert.encode_empty_final(
+                                msg.id, msg.model_name, msg.model_version
+                            )
                         )
                 else:
                     if classes:
                         extensions.classify_outputs(self.core, response, classes)
-                    await self._emit(codec.encode_infer_response(response, final=final))
+                    await self._emit(proto_convert.encode_infer_response(response, final=final))
                 if final:
                     break
         except ModelyardError as e:
@@ -212,13 +214,15 @@ def _pre_error(msg: Any, error: ModelyardError | None) -> tuple[EncodedResponse,
     (as Triton 2.51 does)."""
     if error is None:
         error = InternalError("request could not be decoded")
-    return codec.encode_stream_error(error, msg.id), None
+    return proto_convert.encode_stream_error(error, msg.id), None
 
 
 def _model_error(msg: Any, error: ModelyardError, final: bool) -> tuple[EncodedResponse, ErrorCode]:
     """An error response from the model: with model name, version as sent, and the final
     flag; in ``triton_grpc_error`` mode it ends the stream with its status."""
-    encoded = codec.encode_stream_error(error, msg.id, msg.model_name, msg.model_version, final)
+    encoded = proto_convert.encode_stream_error(
+        error, msg.id, msg.model_name, msg.model_version, final
+    )
     return encoded, error.code
 
 

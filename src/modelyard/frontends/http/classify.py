@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from modelyard import codec as core_codec
+from modelyard import tensor_bytes
 from modelyard.errors import InvalidArgument
 from modelyard.types import Tensor
 
@@ -61,24 +61,24 @@ def classify(
         array = tensor.data
     else:
         raw = tensor.raw if tensor.raw is not None else b""
-        array = core_codec.array_from_raw(datatype, tensor.shape, raw)
+        array = tensor_bytes.array_from_raw(datatype, tensor.shape, raw)
     is_float = datatype in _FLOAT_TYPES
     shape = tuple(tensor.shape)
     if batching and len(shape) > 0:
         batch = shape[0]
         rows = array.reshape(batch, -1) if batch else array.reshape(0, 0)
-        per_row = core_codec.element_count(shape[1:])
+        per_row = tensor_bytes.element_count(shape[1:])
         count = min(k, per_row)
         elements: list[bytes] = []
         for row in rows:
             elements.extend(top_k(row, k, labels, is_float))
         out_shape: tuple[int, ...] = (batch, count)
     else:
-        per_row = core_codec.element_count(shape)
+        per_row = tensor_bytes.element_count(shape)
         count = min(k, per_row)
         elements = top_k(array, k, labels, is_float)
         out_shape = (count,)
-    data = core_codec.bytes_array(elements, out_shape)
+    data = tensor_bytes.bytes_array(elements, out_shape)
     return Tensor(tensor.name, "BYTES", out_shape, data=data)
 
 

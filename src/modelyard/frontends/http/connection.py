@@ -38,7 +38,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from modelyard.frontends.http import limits as msg
 from modelyard.frontends.http.errors import error_body
 from modelyard.frontends.http.limits import HttpLimits
-from modelyard.frontends.http.util import CANCEL_TASK_KEY, CLIENT_GONE_KEY
+from modelyard.frontends.http.request_response import CANCEL_TASK_KEY, CLIENT_GONE_KEY
 
 log = logging.getLogger("modelyard")
 

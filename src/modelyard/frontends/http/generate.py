@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from modelyard.codec import array_from_raw
 from modelyard.errors import InternalError, InvalidArgument, ModelyardError
-from modelyard.frontends.http import codec, jsondata
+from modelyard.frontends.http import infer_body, jsondata
 from modelyard.frontends.http.errors import error_body, http_status
-from modelyard.frontends.http.util import JSON_HEADERS, Request, Response, read_body
+from modelyard.frontends.http.request_response import JSON_HEADERS, Request, Response, read_body
+from modelyard.tensor_bytes import array_from_raw
 from modelyard.types import InferRequest, InferResponse, Tensor
 
 if TYPE_CHECKING:
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 _ONE_RESPONSE = (
     "generate expects model to produce exactly 1 response, use generate stream for model "
@@ -73,7 +73,7 @@ def _convert(
             continue
         meta = inputs.get(key)
         if meta is None:
-            request.parameters[key] = codec.json_param(key, value)
+            request.parameters[key] = infer_body.json_param(key, value)
             continue
         datatype = str(meta["datatype"])
         count = len(value) if type(value) is list else 1
@@ -140,10 +140,10 @@ async def handle_generate(
         raise InvalidArgument("Unsupported content-encoding, only 'identity' is supported.")
     decoupled = core.is_decoupled(model, version)
     body = await read_body(request)
-    doc = codec.as_object(codec.parse_json(body))
+    doc = infer_body.as_object(infer_body.parse_json(body))
     infer_request = InferRequest(model, [], version)
     if "id" in doc:
-        infer_request.id = codec.as_str(doc["id"], "id")
+        infer_request.id = infer_body.as_str(doc["id"], "id")
     inputs = {str(i["name"]): i for i in metadata.get("inputs", [])}
     _convert(doc, inputs, infer_request, top=True)
 
@@ -210,8 +210,13 @@ async def _stream(
     while resp is not None:
         if not _is_flag_only(resp, decoupled):
             body, _ = _encode(resp)
-            await send({"type": "http.response.body", "body": b"data: " + body + b"\n\n",
-                        "more_body": True})  # fmt: skip
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: " + body + b"\n\n",
+                    "more_body": True,
+                }
+            )
         if resp.final:
             break
         try:

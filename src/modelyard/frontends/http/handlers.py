@@ -12,10 +12,9 @@ import binascii
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from modelyard.core.shared_memory import cuda_unsupported
 from modelyard.errors import InternalError, InvalidArgument, Unavailable, Unsupported
-from modelyard.frontends.http import codec
-from modelyard.frontends.http.util import (
+from modelyard.frontends.http import infer_body
+from modelyard.frontends.http.request_response import (
     Request,
     Response,
     empty_response,
@@ -24,9 +23,10 @@ from modelyard.frontends.http.util import (
     message_response,
     read_body,
 )
+from modelyard.serving.shm_regions import cuda_unsupported
 
 if TYPE_CHECKING:
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -40,7 +40,7 @@ async def _json_body(request: Request) -> dict[str, Any] | None:
     body = await read_body(request)
     if not body:
         return None
-    return codec.as_object(codec.parse_json(body))
+    return infer_body.as_object(infer_body.parse_json(body))
 
 
 # -- health and metadata -----------------------------------------------------------------------
@@ -80,7 +80,7 @@ async def repository_index(core: InferenceServer, request: Request) -> Response:
     doc = await _json_body(request)
     ready = False
     if doc is not None and "ready" in doc:
-        ready = codec.as_bool(doc["ready"])
+        ready = infer_body.as_bool(doc["ready"])
     index = await _maybe_await(core.repository_index(ready))
     return json_value_response(index)
 
@@ -91,8 +91,8 @@ async def load_model(core: InferenceServer, request: Request, model: str) -> Res
     files: dict[str, bytes] = {}
     params = None if doc is None else doc.get("parameters")
     if params is not None:
-        for key, value in codec.as_object(params).items():
-            text = codec.as_str(value)
+        for key, value in infer_body.as_object(params).items():
+            text = infer_body.as_str(value)
             if key == "config":
                 config = text
             elif key.startswith("file:"):
@@ -112,8 +112,8 @@ async def unload_model(core: InferenceServer, request: Request, model: str) -> R
     doc = await _json_body(request)
     dependents = False
     params = None if doc is None else doc.get("parameters")
-    if params is not None and "unload_dependents" in codec.as_object(params):
-        dependents = codec.as_bool(params["unload_dependents"], "unload_dependents")
+    if params is not None and "unload_dependents" in infer_body.as_object(params):
+        dependents = infer_body.as_bool(params["unload_dependents"], "unload_dependents")
     await _maybe_await(core.unload_model(model, unload_dependents=dependents))
     return empty_response(200, json=True)
 
@@ -132,11 +132,11 @@ async def logging_settings(core: InferenceServer, request: Request) -> Response:
         raise Unsupported("log file location can not be updated through network protocol")
     for key in _LOG_BOOLS:
         if doc.get(key) is not None:
-            update[key] = codec.as_bool(doc[key])
+            update[key] = infer_body.as_bool(doc[key])
     if doc.get("log_verbose_level") is not None:
-        update["log_verbose_level"] = codec.as_uint(doc["log_verbose_level"])
+        update["log_verbose_level"] = infer_body.as_uint(doc["log_verbose_level"])
     if doc.get("log_format") is not None:
-        fmt = codec.as_str(doc["log_format"])
+        fmt = infer_body.as_str(doc["log_format"])
         if fmt not in ("default", "ISO8601"):
             raise Unavailable(f"invalid argument for --log_format, got: {fmt}")
         update["log_format"] = fmt
@@ -162,7 +162,7 @@ async def trace_settings(core: InferenceServer, request: Request, model: str = "
     if "trace_level" in doc:
         levels = doc["trace_level"]
         if levels is not None:
-            levels = [codec.as_str(v) for v in codec.as_array(levels)]
+            levels = [infer_body.as_str(v) for v in infer_body.as_array(levels)]
             if "OFF" in levels and len(levels) > 1:
                 raise InvalidArgument("Expect only one trace level 'OFF' is specified")
         update["trace_level"] = levels
@@ -170,7 +170,7 @@ async def trace_settings(core: InferenceServer, request: Request, model: str = "
         if key in doc:
             value = doc[key]
             if value is not None:
-                value = codec.as_str(value)
+                value = infer_body.as_str(value)
                 _trace_int(key, value, minimum)
             update[key] = value
     return json_value_response(core.update_trace_settings(model, update))
@@ -190,11 +190,11 @@ async def system_shm(core: InferenceServer, request: Request, region: str, actio
         doc = await _json_body(request) or {}
         if "key" not in doc:
             raise InvalidArgument("Shared memory register request has no 'key' field")
-        key = codec.as_str(doc["key"])
-        offset = codec.as_uint(doc["offset"]) if "offset" in doc else 0
+        key = infer_body.as_str(doc["key"])
+        offset = infer_body.as_uint(doc["offset"]) if "offset" in doc else 0
         if "byte_size" not in doc:
             raise InvalidArgument("Shared memory register request has no 'byte_size' field")
-        byte_size = codec.as_uint(doc["byte_size"])
+        byte_size = infer_body.as_uint(doc["byte_size"])
         core.shm_register(region, key, offset, byte_size)
         return empty_response(200, json=True)
     core.shm_unregister(region)  # unknown names (and "all" with none registered) succeed

@@ -13,14 +13,20 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from modelyard.errors import InvalidArgument, Unsupported
-from modelyard.frontends.http import codec, compression
+from modelyard.frontends.http import compression, infer_body
 from modelyard.frontends.http.classify import classify, output_labels
 from modelyard.frontends.http.limits import raw_input_too_large
-from modelyard.frontends.http.util import JSON_HEADERS, Buffer, Request, Response, read_body
+from modelyard.frontends.http.request_response import (
+    JSON_HEADERS,
+    Buffer,
+    Request,
+    Response,
+    read_body,
+)
 from modelyard.types import InferRequest, InferResponse, config_datatype
 
 if TYPE_CHECKING:
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 # Bodies above this size are (de)compressed in a worker thread (zlib releases the GIL).
 _OFFLOAD_BYTES = 1 << 20
@@ -57,14 +63,14 @@ async def handle_infer(
     header_length = (
         None
         if header_value is None
-        else codec.header_length_of(header_value.decode("latin-1"), len(body))
+        else infer_body.header_length_of(header_value.decode("latin-1"), len(body))
     )
     if header_length == 0:
         if len(body) > max_input_size:
             raise InvalidArgument(raw_input_too_large(len(body), max_input_size))
         infer_request, plan = _raw_request(core, model, version, body)
     else:
-        infer_request, plan = codec.parse_infer_request(
+        infer_request, plan = infer_body.parse_infer_request(
             model, version, memoryview(body), header_length, max_input_size
         )
 
@@ -72,7 +78,7 @@ async def handle_infer(
 
     if plan.classification:
         _apply_classification(core, response, plan)
-    header, parts, total = codec.encode_infer_response(response, plan)
+    header, parts, total = infer_body.encode_infer_response(response, plan)
     headers = [_OCTET, (_HEADER_LENGTH, b"%d" % len(header))] if total else JSON_HEADERS
     if accept is not None:
         out_encoding = compression.response_encoding(accept.decode("latin-1"))
@@ -97,7 +103,7 @@ async def _run(fn: Any, *args: Any, size: int) -> Any:
 
 def _raw_request(
     core: InferenceServer, model: str, version: str, body: Buffer
-) -> tuple[InferRequest, codec.OutputPlan]:
+) -> tuple[InferRequest, infer_body.OutputPlan]:
     cfg = core.model_config(model, version)
     inputs = list(cfg.input)
     first = inputs[0] if inputs else None
@@ -106,11 +112,13 @@ def _raw_request(
         if first is not None
         else ("", "", ())
     )
-    return codec.raw_infer_request(model, version, body, spec, int(cfg.max_batch_size), len(inputs))
+    return infer_body.raw_infer_request(
+        model, version, body, spec, int(cfg.max_batch_size), len(inputs)
+    )
 
 
 def _apply_classification(
-    core: InferenceServer, response: InferResponse, plan: codec.OutputPlan
+    core: InferenceServer, response: InferResponse, plan: infer_body.OutputPlan
 ) -> None:
     cfg = core.model_config(response.model_name, response.model_version)
     batching = int(cfg.max_batch_size) > 0

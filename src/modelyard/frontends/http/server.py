@@ -38,7 +38,7 @@ from modelyard.frontends.http.errors import (
 from modelyard.frontends.http.generate import handle_generate
 from modelyard.frontends.http.infer import handle_infer
 from modelyard.frontends.http.limits import HttpLimits
-from modelyard.frontends.http.util import (
+from modelyard.frontends.http.request_response import (
     TEXT_HEADERS,
     ClientGone,
     Receive,
@@ -51,7 +51,7 @@ from modelyard.frontends.http.util import (
 )
 
 if TYPE_CHECKING:
-    from modelyard.core.server import InferenceServer
+    from modelyard.core.api import InferenceServer
 
 log = logging.getLogger("modelyard")
 
@@ -74,10 +74,15 @@ _REPOSITORY_RE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/
 
 # The restricted group of each model endpoint (the regex's third group).
 _MODEL_GROUPS = {
-    None: groups.METADATA, "infer": groups.INFERENCE, "generate": groups.INFERENCE,
-    "generate_stream": groups.INFERENCE, "ready": groups.HEALTH, "config": groups.MODEL_CONFIG,
-    "stats": groups.STATISTICS, "trace/setting": groups.TRACE,
-}  # fmt: skip
+    None: groups.METADATA,
+    "infer": groups.INFERENCE,
+    "generate": groups.INFERENCE,
+    "generate_stream": groups.INFERENCE,
+    "ready": groups.HEALTH,
+    "config": groups.MODEL_CONFIG,
+    "stats": groups.STATISTICS,
+    "trace/setting": groups.TRACE,
+}
 
 _MODELS = "/v2/models/"
 _INFER = "/infer"

@@ -1,0 +1,207 @@
+"""Tensor transport between the server and its Python workers.
+
+Small tensors travel inline in the pickled frame. Tensors of at least ``INLINE_LIMIT`` bytes
+are copied once into a shared-memory segment that the sender owns; the frame carries the
+segment's name. Segments are files in /dev/shm, one tensor each, pooled by power-of-two size
+class so steady traffic creates none. The receiver maps a segment once, hands out numpy views,
+and tells the owner (a FREE message) when the last view is gone, so the owner can reuse it.
+
+When /dev/shm is missing, full or too small, the pool degrades to inline transfer with a
+warning instead of failing the model (Triton's users hit "failed to increase shm size").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from modelyard.backends.python.protocol.messages import PackedTensor
+from modelyard.types import datatype_of, numpy_dtype
+
+log = logging.getLogger("modelyard")
+
+INLINE_LIMIT = 64 * 1024
+MIN_SEGMENT = 64 * 1024
+# MODELYARD_SHM_DIR points elsewhere (a bigger tmpfs; or a missing folder to force inline).
+SHM_DIR = os.environ.get("MODELYARD_SHM_DIR", "/dev/shm")
+
+
+class _Segment:
+    __slots__ = ("mm", "name", "size")
+
+    def __init__(self, name: str, size: int, mm: mmap.mmap):
+        self.name = name
+        self.size = size
+        self.mm = mm
+
+
+class ShmPool:
+    """Segments this side writes into. Thread-safe: FREE messages arrive on another thread."""
+
+    def __init__(self, prefix: str, enabled: bool = True, limit_bytes: int = 4 << 30):
+        self._prefix = prefix
+        self._limit = limit_bytes
+        self._lock = threading.Lock()
+        self._free: dict[int, list[_Segment]] = {}
+        self._by_name: dict[str, _Segment] = {}
+        self._owned_bytes = 0
+        self._count = 0
+        self.enabled = enabled and os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
+        if enabled and not self.enabled:
+            log.warning("%s is not usable; tensors travel inline through the socket", SHM_DIR)
+
+    def alloc(self, nbytes: int) -> _Segment | None:
+        """A free segment of at least nbytes, or None: send inline."""
+        if not self.enabled:
+            return None
+        size = max(MIN_SEGMENT, 1 << (nbytes - 1).bit_length())
+        with self._lock:
+            free = self._free.get(size)
+            if free:
+                return free.pop()
+            if self._owned_bytes + size > self._limit:
+                return None
+            self._count += 1
+            name = f"{self._prefix}-{self._count}"
+            self._owned_bytes += size
+        seg = self._create(name, size)
+        with self._lock:
+            if seg is None:
+                self._owned_bytes -= size
+                return None
+            self._by_name[name] = seg
+        return seg
+
+    def _create(self, name: str, size: int) -> _Segment | None:
+        path = os.path.join(SHM_DIR, name)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as e:
+            self._disable(f"cannot create {path}: {e}")
+            return None
+        try:
+            # Reserve the pages now: a tmpfs that is too small fails here with ENOSPC instead
+            # of killing a process with SIGBUS when the page is first touched.
+            os.posix_fallocate(fd, 0, size)
+            mm = mmap.mmap(fd, size)
+        except OSError as e:
+            os.close(fd)
+            os.unlink(path)
+            self._disable(f"cannot reserve {size} bytes in {SHM_DIR}: {e}")
+            return None
+        os.close(fd)
+        return _Segment(name, size, mm)
+
+    def _disable(self, why: str) -> None:
+        if self.enabled:
+            log.warning("shared memory unavailable (%s); large tensors now travel inline", why)
+        self.enabled = False
+
+    def release(self, names: list[str]) -> None:
+        with self._lock:
+            for name in names:
+                seg = self._by_name.get(name)
+                if seg is not None:
+                    self._free.setdefault(seg.size, []).append(seg)
+
+    def close(self) -> None:
+        with self._lock:
+            segments = list(self._by_name.values())
+            self._by_name.clear()
+            self._free.clear()
+        for seg in segments:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(SHM_DIR, seg.name))
+            try:
+                seg.mm.close()
+            except BufferError:
+                pass  # a view is still alive; the mapping goes with the process
+
+
+class ShmMapper:
+    """Maps segments the other side owns, by name, once each."""
+
+    def __init__(self, on_release: Callable[[str], None]):
+        self._maps: dict[str, mmap.mmap] = {}
+        self._on_release = on_release
+
+    def view(
+        self, name: str, datatype: str, shape: tuple[int, ...], nbytes: int
+    ) -> np.ndarray[Any, Any]:
+        mm = self._maps.get(name)
+        if mm is None:
+            fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR)
+            try:
+                mm = mmap.mmap(fd, 0)
+            finally:
+                os.close(fd)
+            self._maps[name] = mm
+        base = flat_view(mm, datatype, nbytes)
+        weakref.finalize(base, self._on_release, name)
+        return base.reshape(shape)
+
+    def forget_prefix(self, prefix: str) -> None:
+        for name in [n for n in self._maps if n.startswith(prefix)]:
+            self._maps.pop(name)
+
+
+def flat_view(buffer: Any, datatype: str, nbytes: int, offset: int = 0) -> np.ndarray[Any, Any]:
+    """A 1-D numpy view of ``nbytes`` of ``buffer`` at ``offset`` (a fixed-size datatype)."""
+    dtype = numpy_dtype(datatype)
+    return np.frombuffer(buffer, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
+
+
+def pack_array(name: str, array: np.ndarray[Any, Any], pool: ShmPool) -> PackedTensor:
+    """:func:`pack` with the datatype of the array's dtype (a model's own array)."""
+    return pack(name, datatype_of(array.dtype), array, pool)
+
+
+def pack(name: str, datatype: str, array: np.ndarray[Any, Any], pool: ShmPool) -> PackedTensor:
+    """Describe a tensor for a frame, copying it into shared memory when it is large.
+
+    Inline tensors travel as raw bytes (pickling an ndarray costs several times more);
+    BYTES tensors travel as their object arrays.
+    """
+    shape = tuple(array.shape)
+    if datatype == "BYTES":
+        return (name, datatype, shape, array)
+    if array.nbytes < INLINE_LIMIT:
+        return (name, datatype, shape, array.tobytes())
+    seg = pool.alloc(array.nbytes)
+    if seg is None:
+        return (name, datatype, shape, array.tobytes())
+    dst: np.ndarray[Any, Any] = np.ndarray(shape, dtype=array.dtype, buffer=seg.mm)
+    np.copyto(dst, array, casting="no")
+    return (name, datatype, shape, (seg.name, array.nbytes))
+
+
+def unpack(packed: PackedTensor, mapper: ShmMapper) -> tuple[str, str, np.ndarray[Any, Any]]:
+    """Name, datatype and array of a packed tensor (a view of the frame's bytes or the
+    segment)."""
+    name, datatype, shape, data = packed
+    if type(data) is bytes:
+        return name, datatype, np.frombuffer(data, dtype=numpy_dtype(datatype)).reshape(shape)
+    if isinstance(data, np.ndarray):
+        return name, datatype, data
+    segment, nbytes = data
+    return name, datatype, mapper.view(segment, datatype, shape, nbytes)
+
+
+def sweep(prefix: str) -> None:
+    """Remove segments a dead process left behind."""
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(prefix):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(SHM_DIR, name))

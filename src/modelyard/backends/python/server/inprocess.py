@@ -1,0 +1,346 @@
+"""In-process Python instances: the model runs inside the server process.
+
+Sync ``execute`` runs on one dedicated thread per instance (so ``breakpoint()`` and debuggers
+work, and the event loop keeps serving); ``async def execute`` runs on the server's event
+loop, several requests in flight at once. BLS hands numpy arrays to the core with no copy
+and no IPC. Each model's modules are imported under a private package name, and sibling
+modules it imports are taken out of ``sys.modules`` afterwards, so two models with their
+own ``helper.py`` each keep theirs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import triton_python_backend_utils as pb
+from modelyard.backends.instance import Instance
+from modelyard.backends.python.protocol import release_flags
+from modelyard.backends.python.protocol.error_text import batch_error, format_exception
+from modelyard.backends.python.server.inprocess_runtime import (
+    PARENTS,
+    TLS,
+    InProcessRuntime,
+    on_loop,
+    tensor_data,
+)
+from modelyard.backends.python.server.isolation import import_isolated
+from modelyard.backends.python.server.readiness import UserReadiness, check_result
+from modelyard.backends.python.server.reschedule import reschedule
+from modelyard.errors import InternalError, ModelyardError
+from modelyard.serving.context import RequestContext
+from modelyard.serving.host import ModelHost
+from modelyard.types import InferResponse, Tensor, datatype_of
+
+if TYPE_CHECKING:
+    from modelyard.backends.python.server.process_instance import WorkerSpec
+
+log = logging.getLogger("modelyard")
+
+
+class InProcessInstance(Instance):
+    def __init__(self, spec: WorkerSpec, host: ModelHost):
+        self.spec = spec
+        self.name = spec.instance_name
+        self.host = host
+        self.model: Any = None
+        self._has_is_ready = False
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"modelyard-{spec.instance_name}")
+        self.runtime: InProcessRuntime | None = None
+        self._outputs: list[str] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.sync_execute = False
+        self.iterative = release_flags.is_iterative(spec.config_json)
+        self._user_ready = UserReadiness(self.name, self._probe_is_ready)
+        self._ready_thread: ThreadPoolExecutor | None = None  # runs a sync is_ready()
+
+    async def _in_thread(self, fn: Any, *args: Any) -> Any:
+        rt = self.runtime
+
+        def call() -> Any:
+            with pb.runtime_context(rt):
+                return fn(*args)
+
+        return await asyncio.get_running_loop().run_in_executor(self._thread, call)
+
+    async def start(self) -> None:
+        import json
+
+        loop = asyncio.get_running_loop()
+        spec = self.spec
+        self.runtime = InProcessRuntime(self.host, loop, os.path.dirname(spec.model_file), self)
+        if pb.get_runtime() is None:
+            # Threads a model starts see no context runtime; give them one that reaches the host.
+            pb.set_runtime(InProcessRuntime(self.host, loop))
+        self._outputs = [o["name"] for o in json.loads(spec.config_json).get("output", [])]
+        package = f"_modelyard_inprocess.{spec.model_name}_v{spec.version}_{spec.instance_name}"
+        self.runtime.package = package
+        try:
+            module = await self._in_thread(import_isolated, spec.model_file, package)
+            cls = getattr(module, "TritonPythonModel", None)
+            if cls is None:
+                raise InternalError(
+                    f"Python model '{spec.model_file}' has no class 'TritonPythonModel'"
+                )
+            self.model = await self._in_thread(cls)
+            self._has_is_ready = hasattr(self.model, "is_ready")
+            self.sync_execute = not asyncio.iscoroutinefunction(
+                getattr(self.model, "execute", None)
+            )
+            if hasattr(self.model, "initialize"):
+                args = {
+                    "model_config": spec.config_json,
+                    "model_instance_kind": spec.instance_kind,
+                    "model_instance_name": spec.instance_name,
+                    "model_instance_device_id": str(spec.device_id),
+                    "model_repository": spec.model_dir,
+                    "model_version": str(spec.version),
+                    "model_name": spec.model_name,
+                }
+                result = await self._in_thread(self.model.initialize, args)
+                if asyncio.iscoroutine(result):
+                    with pb.runtime_context(self.runtime):
+                        await result
+        except ModelyardError:
+            raise
+        except BaseException as e:
+            raise InternalError(format_exception(e)) from None
+
+    async def check_ready(self) -> str | None:
+        if self.model is None or not self._has_is_ready:
+            return None
+        return await self._user_ready.check()
+
+    async def _probe_is_ready(self) -> bool:
+        rt = self.runtime
+
+        def call() -> Any:
+            with pb.runtime_context(rt):
+                return self.model.is_ready()
+
+        try:
+            if asyncio.iscoroutinefunction(self.model.is_ready):
+                with pb.runtime_context(rt):
+                    result = await self.model.is_ready()
+            else:  # on a thread of its own, as Triton's stub: execute may be running
+                if self._ready_thread is None:
+                    self._ready_thread = ThreadPoolExecutor(1, f"modelyard-{self.name}-is-ready")
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(self._ready_thread, call)
+                if asyncio.iscoroutine(result):
+                    result = await result
+        except Exception as e:  # the model's code may raise anything
+            raise ModelyardError(format_exception(e)) from None
+        return check_result(result)
+
+    async def stop(self) -> None:
+        if self._ready_thread is not None:
+            self._ready_thread.shutdown(wait=False)
+        if self.model is not None and hasattr(self.model, "finalize"):
+            try:
+                result = await self._in_thread(self.model.finalize)
+                if asyncio.iscoroutine(result):
+                    await result
+            except BaseException as e:
+                log.info("finalize of %s raised: %s", self.name, format_exception(e))
+        self._thread.shutdown(wait=False)
+
+    # -- execute ------------------------------------------------------------------------
+
+    def _request(self, ctx: RequestContext, direct: bool = False) -> Any:
+        r = ctx.request
+        assert self.runtime is not None
+        loop = self.runtime.loop
+        names = ctx.output_names if ctx.output_names is not None else self._outputs
+
+        def deliver(
+            resp: Any, flags: int, _ctx: RequestContext = ctx, _names: list[str] = names
+        ) -> None:
+            core_resp = self._core_response(_ctx, resp, bool(flags & 1), _names)
+            if direct or on_loop(loop):
+                _ctx.send(core_resp)
+            else:
+                loop.call_soon_threadsafe(_ctx.send, core_resp)
+
+        sender = pb.InferenceResponseSender(  # type: ignore[attr-defined]
+            deliver, self.spec.decoupled, lambda: ctx.cancelled
+        )
+        inputs = [pb.Tensor._from_server(t.name, tensor_data(t)) for t in r.inputs]
+        return pb.InferenceRequest._from_server(
+            request_id=r.id,
+            correlation_id=r.correlation_id,
+            model_name=self.spec.model_name,
+            model_version=self.spec.version,
+            flags=r.flags,
+            inputs=inputs,
+            requested_output_names=names,
+            parameters=r.parameters or None,
+            timeout=r.timeout_us,
+            response_sender=sender,
+        )
+
+    def _core_response(
+        self, ctx: RequestContext, resp: Any, final: bool, names: list[str]
+    ) -> InferResponse:
+        r = ctx.request
+        out = InferResponse(r.model_name, str(self.spec.version), r.id, final=final)
+        if resp is None:
+            out.flag_only = True
+            return out
+        err = resp.error()
+        if err is not None:
+            out.error = ModelyardError(err.message(), err.code())
+            out.model_error = True
+            return out
+        wanted = set(names)
+        for t in resp.output_tensors():
+            if t.name() in wanted:
+                arr = t.as_numpy()
+                out.outputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
+        if resp._params:
+            out.parameters = dict(resp._params)
+        return out
+
+    def _collect(self, batch: list[RequestContext], requests: list[Any], returned: Any) -> None:
+        if self.spec.decoupled:
+            if returned is not None:
+                raise _BatchError(
+                    f"Python model '{self.name}' is using the decoupled mode and the execute "
+                    "function must return None."
+                )
+            return
+        if returned is None:
+            return
+        if not isinstance(returned, list):
+            raise _BatchError(
+                f"Expected a list in the execute return, found type '{type(returned)}'."
+            )
+        if len(returned) != len(requests):
+            raise _BatchError(
+                "Number of InferenceResponse objects do not match the number of InferenceRequest "
+                f"objects. InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) "
+                f"size is:{len(returned)}\n"
+            )
+        for req, resp in zip(requests, returned, strict=True):
+            if resp is not None and req._release_flags & release_flags.RESCHEDULE:
+                raise _BatchError(release_flags.returned_for_rescheduled(resp))
+            if resp is not None and not isinstance(resp, pb.InferenceResponse):
+                raise _BatchError(
+                    "Expected an 'InferenceResponse' object in the execute function return list, "
+                    f"found type '{type(resp)}'."
+                )
+        for ctx, req, resp in zip(batch, requests, returned, strict=True):
+            if resp is None:
+                continue
+            try:
+                req._response_sender._update_state(resp, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            except pb.TritonModelException as e:
+                log.error("%s", e)
+                continue
+            ctx.send(self._core_response(ctx, resp, True, req._requested_output_names))
+
+    def _release(self, batch: list[RequestContext], requests: list[Any]) -> None:
+        """Requests the model rescheduled go back to the scheduler (iterative sequences)."""
+        indices = release_flags.rescheduled(requests)
+        if not indices:
+            return
+        if not self.iterative:
+            release_flags.refuse(pb, requests, indices)
+            return
+        for i in indices:
+            reschedule(batch[i])
+
+    def _fail(self, batch: list[RequestContext], detail: str) -> None:
+        err = InternalError(batch_error(self.name, detail))
+        for ctx in batch:
+            r = ctx.request
+            ctx.send(InferResponse(r.model_name, r.model_version, r.id, error=err))
+
+    async def execute(self, batch: list[RequestContext]) -> None:
+        requests = [self._request(ctx) for ctx in batch]
+        rt = self.runtime
+
+        chain = frozenset({self.name}).union(*(ctx.chain for ctx in batch))
+
+        parents = tuple(batch)
+
+        def run() -> Any:
+            TLS.chain, TLS.instance = chain, self.name
+            token = PARENTS.set(parents)
+            try:
+                with pb.runtime_context(rt):
+                    return self.model.execute(requests)
+            finally:
+                PARENTS.reset(token)
+                TLS.chain, TLS.instance = frozenset(), ""
+
+        if not self.sync_execute:
+            token = PARENTS.set(parents)
+            try:
+                with pb.runtime_context(rt):
+                    coro = self._run_async(batch, requests)
+                    if self.iterative:  # released (maybe rescheduled) when execute returns
+                        await coro
+                        return
+                    # Real concurrency: the instance takes the next batch while this one awaits.
+                    task = asyncio.get_running_loop().create_task(coro)
+            finally:
+                PARENTS.reset(token)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        try:
+            returned = await asyncio.get_running_loop().run_in_executor(self._thread, run)
+            if asyncio.iscoroutine(returned):
+                await self._finish(batch, requests, returned)
+                return
+            self._collect(batch, requests, returned)
+            self._release(batch, requests)
+        except _BatchError as e:
+            self._fail(batch, str(e))
+        except BaseException as e:
+            self._fail(batch, format_exception(e))
+
+    def run_direct(self, batch: list[RequestContext]) -> None:
+        """Run a sync execute on the calling thread (a direct BLS call; see InProcessRuntime)."""
+        requests = [self._request(ctx, direct=True) for ctx in batch]
+        outer: frozenset[str] = getattr(TLS, "chain", frozenset())
+        outer_instance = getattr(TLS, "instance", "")
+        TLS.chain = outer.union({self.name}, *(ctx.chain for ctx in batch))
+        TLS.instance = self.name
+        token = PARENTS.set(tuple(batch))
+        try:
+            with pb.runtime_context(self.runtime):
+                returned = self.model.execute(requests)
+            self._collect(batch, requests, returned)
+            self._release(batch, requests)
+        except _BatchError as e:
+            self._fail(batch, str(e))
+        except BaseException as e:
+            self._fail(batch, format_exception(e))
+        finally:
+            PARENTS.reset(token)
+            TLS.chain, TLS.instance = outer, outer_instance
+
+    async def _run_async(self, batch: list[RequestContext], requests: list[Any]) -> None:
+        await self._finish(batch, requests, self.model.execute(requests))
+
+    async def _finish(self, batch: list[RequestContext], requests: list[Any], coro: Any) -> None:
+        try:
+            returned = await coro
+            self._collect(batch, requests, returned)
+            self._release(batch, requests)
+        except _BatchError as e:
+            self._fail(batch, str(e))
+        except BaseException as e:
+            if self.spec.decoupled:
+                log.error("%s", "".join(traceback.format_exception(e)))
+            self._fail(batch, format_exception(e))
+
+
+class _BatchError(Exception):
+    pass

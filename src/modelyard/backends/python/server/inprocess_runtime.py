@@ -1,0 +1,269 @@
+"""pb_utils' runtime for in-process models: BLS through the host (a sync call to an idle
+in-process model runs directly on the caller's thread, see ModelHost.run_direct), logging and
+model control.
+
+The thread-local chain and the parents context variable tell a BLS call which instances wait
+on it and which requests cancel it (see bls.py); ``inprocess.py`` sets them around each
+execute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, cast
+
+import triton_python_backend_utils as pb
+from modelyard.backends.python.protocol.error_text import control_error_text
+from modelyard.backends.python.server.bls import link_to_parents, start_bls
+from modelyard.errors import InternalError, ModelyardError
+from modelyard.serving.context import RequestContext
+from modelyard.serving.host import ModelHost, ModelLogRecord
+from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor, datatype_of
+
+if TYPE_CHECKING:
+    from modelyard.backends.python.server.inprocess import InProcessInstance
+
+log = logging.getLogger("modelyard")
+
+# The chain of instances blocked on the batch this thread is running (see bls.py).
+TLS = threading.local()
+# The batch whose execute runs in this context (thread or task): BLS calls made from it are
+# cancelled with it (see bls.py).
+PARENTS: contextvars.ContextVar[tuple[RequestContext, ...]] = contextvars.ContextVar(
+    "modelyard_inprocess_parents", default=()
+)
+
+
+class InProcessRuntime:
+    """pb_utils' runtime for models running in the server process."""
+
+    def __init__(
+        self,
+        host: ModelHost,
+        loop: asyncio.AbstractEventLoop,
+        model_dir: str = "",
+        instance: InProcessInstance | None = None,
+    ):
+        self.host = host
+        self.loop = loop
+        self._model_dir = model_dir
+        self.instance = instance
+        self.package = ""  # the model's private module package (see _SiblingFinder)
+        self.search_path = [model_dir, os.path.dirname(model_dir)] if model_dir else []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # BLS ---------------------------------------------------------------------------------
+
+    def _core_request(self, request: Any) -> InferRequest:
+        inputs = []
+        for t in request.inputs():
+            arr = t.as_numpy()
+            inputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
+        version = request.model_version()
+        return InferRequest(
+            model_name=request.model_name(),
+            inputs=inputs,
+            model_version=_version_text(version),
+            id=request.request_id(),
+            outputs=[RequestedOutput(n) for n in request.requested_output_names()] or None,
+            parameters=dict(request._params or {}),
+            correlation_id=request.correlation_id(),
+            flags=request.flags(),
+            timeout_us=int(request.timeout() or 0),
+        )
+
+    @staticmethod
+    def _pb_response(resp: InferResponse) -> Any:
+        if resp.error is not None:
+            err = pb.TritonError._from_server(resp.error.message, resp.error.code)
+            return pb.InferenceResponse._from_server([], err)
+        if resp.flag_only:
+            return pb.InferenceResponse._from_server([], flag_only=True)
+        tensors = [pb.Tensor._from_server(t.name, tensor_data(t)) for t in resp.outputs]
+        return pb.InferenceResponse._from_server(tensors, None, resp.parameters or None)
+
+    @property
+    def _chain(self) -> frozenset[str]:
+        chain: frozenset[str] = getattr(TLS, "chain", frozenset())
+        return chain  # empty on threads that are not running a sync batch: they hold nothing
+
+    def _direct(self, request: InferRequest) -> Any:
+        """A sync BLS call to an idle in-process instance with a sync execute runs right here,
+        on the caller's thread: no event-loop hop, no thread switch, no copy. Returns None
+        when the call must take the ordinary path (busy target, other backend, errors)."""
+        try:
+            box = self.host.run_direct(request, self._chain, _runs_sync, _run_direct)
+        except ModelyardError as e:  # the request does not fit the model
+            text = f"Model {request.model_name} - Error when running inference: {e.message}"
+            error = ModelyardError(text, e.code)
+            return self._pb_response(InferResponse(request.model_name, "", error=error))
+        if box is None:
+            return None
+        if not box:
+            error = InternalError("model returned no response")
+            return self._pb_response(InferResponse(request.model_name, "", error=error))
+        return self._pb_response(box[0])
+
+    def _start(
+        self,
+        request: InferRequest,
+        decoupled: bool,
+        sink: Any,
+        chain: frozenset[str],
+        caller: str = "",
+        parents: tuple[RequestContext, ...] = (),
+    ) -> Callable[[], None]:
+        """On the loop thread: run the BLS request; ``sink((pb_response, final))`` per reply.
+        Returns the function that cancels it (on the loop thread)."""
+
+        def emit(resp: InferResponse, final: bool) -> None:
+            sink((self._pb_response(resp), final))
+
+        return start_bls(self.host, request, decoupled, chain, emit, caller, parents)
+
+    def exec(self, request: Any, decoupled: bool) -> Any:
+        if on_loop(self.loop):
+            raise pb.TritonModelException(
+                "exec() would block the server's event loop: in `async def execute` use "
+                "`await request.async_exec()`"
+            )
+        core_request = self._core_request(request)
+        if not decoupled and not core_request.timeout_us:
+            direct = self._direct(core_request)
+            if direct is not None:
+                return direct
+        import queue as queue_mod
+
+        replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
+        caller = getattr(TLS, "instance", "")
+        cancels: list[Callable[[], None]] = []
+        args = (core_request, decoupled, replies.put, self._chain, caller, PARENTS.get())
+        self.loop.call_soon_threadsafe(lambda: cancels.append(self._start(*args)))
+        if not decoupled:
+            response, _final = replies.get()
+            return response
+
+        # (a cancel is queued on the loop after the start, so the start has run by then)
+        def cancel() -> None:
+            self.loop.call_soon_threadsafe(lambda: cancels[0]())
+
+        return Stream(replies, cancel)
+
+    def async_exec(self, request: Any, decoupled: bool) -> Any:
+        return self._async_exec(request, decoupled)
+
+    async def _async_exec(self, request: Any, decoupled: bool) -> Any:
+        import queue as queue_mod
+
+        replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
+        done: asyncio.Future[None] = self.loop.create_future()
+
+        def sink(item: tuple[Any, bool]) -> None:
+            replies.put(item)
+            _response, final = item
+            if final and not done.done():
+                done.set_result(None)
+
+        core_request = self._core_request(request)
+        cancel = self._start(core_request, decoupled, sink, frozenset(), "", PARENTS.get())
+        # Triton models iterate the awaited value with a plain `for` on this very loop, which
+        # could never deliver later responses: wait for the final one, then hand them over
+        # (so a cancel() of that iterator finds the call ended: nothing left to cancel).
+        await done
+        if not decoupled:
+            response, _final = replies.get()
+            return response
+        return Stream(replies, cancel)
+
+    # the rest of pb_utils.Runtime ---------------------------------------------------------
+
+    def log(self, level: int, message: str, filename: str, line: int) -> None:
+        instance = self.instance.name if self.instance is not None else ""
+        self.host.log(ModelLogRecord(level, message, filename, line, instance))
+
+    def _control(self, op: str, coro: Any) -> Any:
+        if on_loop(self.loop):
+            coro.close()
+            raise pb.TritonModelException("model control from the event loop thread would block it")
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=600)
+        except ModelyardError as e:
+            instance = self.instance.name if self.instance is not None else ""
+            raise pb.TritonModelException(control_error_text(op, instance, e.message)) from None
+
+    def load_model(self, name: str, config: str, files: dict[str, bytes] | None) -> None:
+        self._control("load", self.host.load_model(name, config or None, files or None))
+
+    def unload_model(self, name: str, unload_dependents: bool) -> None:
+        self._control("unload", self.host.unload_model(name, unload_dependents))
+
+    def is_model_ready(self, name: str, version: str) -> bool:
+        if on_loop(self.loop):  # cannot wait here: liveness only, no model's is_ready()
+            return self.host.model_ready(name, version)
+        ready = asyncio.run_coroutine_threadsafe(
+            self.host.check_model_ready(name, version), self.loop
+        )
+        return bool(ready.result(timeout=60))
+
+    def model_dir(self) -> str:
+        return self._model_dir or os.getcwd()
+
+
+def _runs_sync(instance: Any) -> bool:
+    # Only in-process instances with a sync execute have ``sync_execute`` set.
+    return bool(getattr(instance, "sync_execute", False))
+
+
+def _run_direct(instance: Any, ctx: RequestContext) -> None:
+    """Run a directly claimed request on this thread (ModelHost.run_direct's ``run``): the
+    batch whose execute makes the call cancels it."""
+    parents = PARENTS.get()
+    unlink = link_to_parents(parents, ctx) if parents else None
+    try:
+        cast("InProcessInstance", instance).run_direct([ctx])
+    finally:
+        if unlink is not None:
+            unlink()
+
+
+def tensor_data(t: Tensor) -> Any:
+    assert t.data is not None  # decoded by validation
+    return t.data
+
+
+def _version_text(version: Any) -> str:
+    return "" if version is None or int(version) < 0 else str(version)
+
+
+def on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    # The non-raising lookup: get_running_loop() raises on every model thread, per BLS call.
+    return asyncio.events._get_running_loop() is loop
+
+
+class Stream:
+    """The responses of a decoupled BLS call; ``cancel()`` cancels the call (Triton 25.04:
+    the callee sees ``is_cancelled()``; the stream still ends with its final response)."""
+
+    def __init__(self, replies: Any, cancel: Callable[[], None]) -> None:
+        self._replies = replies
+        self._cancel = cancel
+        self._ended = False
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        resp, final = self._replies.get()
+        self._ended = final
+        return resp
+
+    def cancel(self) -> None:
+        if not self._ended:
+            self._cancel()

@@ -1,0 +1,122 @@
+"""Private module namespaces for in-process models.
+
+Each model's ``model.py`` is imported under a private package name, and the sibling modules it
+imports (its own ``helper.py``) are resolved from its folder first and taken out of
+``sys.modules`` afterwards, so two models that each ship a ``helper.py`` keep their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import threading
+from typing import Any
+
+import triton_python_backend_utils as pb
+from modelyard.backends.python.protocol.error_text import format_exception
+from modelyard.errors import InternalError, ModelyardError
+
+_import_lock = threading.Lock()
+
+
+class _ExistingModule(importlib.abc.Loader):
+    def __init__(self, module: Any):
+        self.module = module
+
+    def create_module(self, spec: Any) -> Any:
+        return self.module
+
+    def exec_module(self, module: Any) -> None:
+        pass
+
+
+class _SiblingFinder(importlib.abc.MetaPathFinder):
+    """Last resort for `import helper` run later by an in-process model (inside execute):
+    the model's own folders are searched and the module gets the model's private name, so
+    another model's `helper` is never confused with it."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if path is not None:
+            return None  # only top-level names
+        rt = pb.get_runtime()
+        package = getattr(rt, "package", "")
+        if not package:
+            return None
+        private = f"{package}.{fullname}"
+        existing = sys.modules.get(private)
+        if existing is not None:
+            return importlib.util.spec_from_loader(private, _ExistingModule(existing))
+        found = importlib.machinery.PathFinder.find_spec(fullname, rt.search_path)  # type: ignore[union-attr]
+        if found is None or found.origin is None:
+            return None
+        return importlib.util.spec_from_file_location(
+            private, found.origin, submodule_search_locations=found.submodule_search_locations
+        )
+
+
+sys.meta_path.append(_SiblingFinder())
+
+
+def import_isolated(model_file: str, package: str) -> Any:
+    """Import ``model_file`` as ``<package>.<stem>`` with its folder as the package, keeping
+    the sibling modules it imports private to it."""
+    version_dir = os.path.dirname(model_file)
+    model_dir = os.path.dirname(version_dir)
+    stem = os.path.splitext(os.path.basename(model_file))[0]
+    with _import_lock:
+        before = set(sys.modules)
+        saved_path = list(sys.path)
+        sys.path[:0] = [version_dir, model_dir]
+        try:
+            spec = importlib.util.spec_from_file_location(
+                package,
+                os.path.join(version_dir, "__init__.py"),
+                submodule_search_locations=[version_dir],
+            )
+            assert spec is not None
+            pkg = importlib.util.module_from_spec(spec)
+            sys.modules[package] = pkg
+            module = importlib.import_module(f"{package}.{stem}")
+        finally:
+            sys.path[:] = saved_path
+            # Sibling modules imported by absolute name (`import helper`) leave sys.modules so
+            # the next model's `import helper` finds its own; the model keeps its references.
+            root = os.path.realpath(model_dir) + os.sep
+            for name in set(sys.modules) - before:
+                path = getattr(sys.modules[name], "__file__", None) or ""
+                if not name.startswith(package) and os.path.realpath(path).startswith(root):
+                    del sys.modules[name]
+    return module
+
+
+async def auto_complete_in_process(
+    model_file: str, model_name: str, config: dict[str, Any]
+) -> dict[str, Any]:
+    """Run a model's ``auto_complete_config`` in this process (on a worker thread)."""
+
+    def run() -> dict[str, Any]:
+        module = import_isolated(model_file, f"_modelyard_autocomplete.{model_name}")
+        cls = getattr(module, "TritonPythonModel", None)
+        fn = getattr(cls, "auto_complete_config", None)
+        if fn is None:
+            return config
+        result = fn(pb.ModelConfig(config))
+        if not isinstance(result, pb.ModelConfig):
+            raise InternalError(
+                f"auto_complete_config function in model '{model_name}' must return a valid "
+                "pb.ModelConfig object."
+            )
+        completed: dict[str, Any] = result.as_dict()
+        return completed
+
+    try:
+        return await asyncio.to_thread(run)
+    except ModelyardError:
+        raise
+    except BaseException as e:
+        raise InternalError(format_exception(e)) from None

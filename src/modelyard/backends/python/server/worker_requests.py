@@ -1,0 +1,244 @@
+"""The requests of a worker-process instance: a batch goes out in one Execute (plus at most one
+staged batch behind the running one), each request is tracked by key until its final
+response, and responses come back from Executed, AsyncExecuted and the response senders' Send.
+
+A base of :class:`~.process_instance.PythonWorker`, which owns the process and the channel
+these methods use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from typing import Any
+
+from modelyard.backends.instance import Instance
+from modelyard.backends.python.protocol import framing, tensor_pool
+from modelyard.backends.python.protocol.messages import (
+    AsyncExecuted,
+    Cancel,
+    Execute,
+    Executed,
+    PackedTensor,
+    RequestItem,
+    Response,
+    ServerMessage,
+)
+from modelyard.backends.python.server import packing
+from modelyard.backends.python.server.reschedule import reschedule
+from modelyard.backends.python.server.restart import Supervisor
+from modelyard.errors import InternalError, ModelyardError
+from modelyard.serving.context import RequestContext
+from modelyard.types import InferResponse, Tensor
+
+
+class WorkerRequests(Instance):
+    spec: Any  # process_instance.WorkerSpec
+    mapper: tensor_pool.ShmMapper
+    _pool: tensor_pool.ShmPool
+    _proto: framing.FrameProtocol | None
+    _loop: asyncio.AbstractEventLoop | None
+    _sup: Supervisor
+    _alive: bool
+    _calls: dict[int, asyncio.Future[Any]]
+    _call_ids: itertools.count[int]
+    _running: list[RequestContext]
+    _staged: list[RequestContext] | None  # sent while another batch runs (see can_stage)
+    _inflight: int
+    _live: dict[int, RequestContext]  # request key -> context, while a response may come
+    _async_batches: dict[int, list[int]]  # execute call id -> request keys
+    _early_results: dict[int, AsyncExecuted]  # read before their Executed
+    _keys: itertools.count[int]
+    _region_tokens: set[int]
+    _direct_outputs: tuple[str, bool]
+
+    def send(self, message: ServerMessage) -> None:
+        raise NotImplementedError
+
+    def waiting_chain(self) -> frozenset[str]:
+        """This instance plus every instance waiting on the batch it is running."""
+        chain = {self.name}
+        for ctx in self._running:
+            chain |= ctx.chain
+        return frozenset(chain)
+
+    def pack_tensor(self, t: Tensor) -> PackedTensor:
+        assert t.data is not None
+        return tensor_pool.pack(t.name, t.datatype, t.data, self._pool)
+
+    async def execute(self, batch: list[RequestContext]) -> None:
+        """Run ``batch``. At most one more batch may be staged while one runs (the scheduler
+        stages only requests no other instance waits on); the worker runs them in order."""
+        if not self.healthy:
+            # Handed over only when no instance of the model is healthy. A restart under way
+            # (bounded by the start and init timeouts) is waited for; while the restarts back
+            # off, the requests fail at once with the reason: initialize never ran on this
+            # process, so execute must not either.
+            attempt = self._sup.attempting
+            if attempt is not None:
+                await asyncio.shield(attempt)
+            if not self.healthy:
+                err = InternalError(self.not_ready_reason)
+                for ctx in batch:
+                    ctx.send(error_response(ctx, err))
+                return
+        staged = self._inflight > 0
+        if staged:
+            if self._staged is not None:
+                raise InternalError(f"instance '{self.name}' already has a staged batch")
+            self._staged = batch
+            for ctx in batch:
+                ctx.t_start = 0  # still queued (in the worker): starts when the running one ends
+        else:
+            self._running = batch
+        self._inflight += 1
+        items = []
+        keys = []
+        for ctx in batch:
+            key = next(self._keys)
+            keys.append(key)
+            self._live[key] = ctx
+            ctx.on_cancel = lambda k=key: self._send_cancel(k)
+            if ctx.cancelled:  # e.g. a rescheduled request: the model must see it
+                self._send_cancel(key)
+            items.append(self._pack_request(key, ctx))
+        try:
+            done = await self._execute_call(items)
+        except ModelyardError as e:
+            self._fail(keys, e)
+            return
+        finally:
+            self._inflight -= 1
+            self._finished(batch)
+            if self._alive:  # the worker lived through a batch: its next crash is news
+                self._sup.served = True
+        if done.responses is None:
+            # `async def execute`: the coroutine runs on in the worker and this instance
+            # takes the next batch; results come later in an AsyncExecuted frame (which may
+            # have been read already, in the same chunk as the Executed frame).
+            early = self._early_results.pop(done.call_id, None)
+            self._async_batches[done.call_id] = keys
+            if early is not None:
+                self._on_async_results(early)
+            return
+        self._deliver(keys, done.responses, done.rescheduled)
+
+    def _finished(self, batch: list[RequestContext]) -> None:
+        """``batch`` left the worker: a staged batch is the running one now."""
+        if self._staged is batch:  # failed before the one ahead of it finished
+            self._staged = None
+            return
+        self._running = []
+        if self._staged is not None:
+            self._running, self._staged = self._staged, None
+            now = time.monotonic_ns()
+            for ctx in self._running:
+                if not ctx.done:
+                    ctx.t_start = now
+
+    def live_requests(self, keys: Any) -> list[RequestContext]:
+        """The requests still in flight among ``keys`` (a BLS call's parent batch)."""
+        live = self._live
+        return [ctx for ctx in (live.get(k) for k in keys) if ctx is not None]
+
+    def _deliver(
+        self, keys: list[int], results: list[Response | None], again: tuple[int, ...]
+    ) -> None:
+        """One response (or none yet) per request; ``again``: the requests (indices) the
+        model rescheduled."""
+        for key, result in zip(keys, results, strict=False):
+            ctx = self._live.get(key)
+            if ctx is None:
+                continue
+            if result is not None:
+                ctx.send(self._unpack_response(ctx, result, final=True))
+            # A request not answered yet stays live: its response sender may still answer.
+            if ctx.done:
+                self._live.pop(key, None)
+        for i in again:
+            ctx = self._live.pop(keys[i], None)
+            if ctx is not None:
+                reschedule(ctx)
+
+    def _send_cancel(self, key: int) -> None:
+        if key in self._live and self._proto is not None:
+            with contextlib.suppress(ConnectionError):
+                self._proto.send(Cancel([key]))
+
+    def _fail(self, keys: list[int], err: ModelyardError) -> None:
+        for key in keys:
+            ctx = self._live.pop(key, None)
+            if ctx is not None:
+                ctx.send(error_response(ctx, err))
+
+    def _on_async_results(self, msg: AsyncExecuted) -> None:
+        keys = self._async_batches.pop(msg.call_id, None)
+        if keys is None:
+            if msg.call_id in self._calls:  # execute's Executed is not consumed yet
+                self._early_results[msg.call_id] = msg
+            return
+        if msg.error is not None:
+            self._fail(keys, ModelyardError(*msg.error))
+        else:
+            self._deliver(keys, msg.responses or [], msg.rescheduled)
+
+    def _pack_request(self, key: int, ctx: RequestContext) -> RequestItem:
+        return packing.pack_request(
+            key, ctx, self._pool, self._region_tokens, self._may_write_outputs()
+        )
+
+    def _may_write_outputs(self) -> bool:
+        # The spec's config may change after __init__ (a worker spawned for auto-complete).
+        config, ok = self._direct_outputs
+        if config is not self.spec.config_json:
+            ok = packing.direct_outputs(self.spec.config_json)
+            self._direct_outputs = (self.spec.config_json, ok)
+        return ok
+
+    def _unpack_response(
+        self, ctx: RequestContext, payload: Response, final: bool
+    ) -> InferResponse:
+        return packing.unpack_response(ctx, payload, final, str(self.spec.version), self.mapper)
+
+    def _on_send(self, key: int, payload: Response | None, flags: int) -> None:
+        ctx = self._live.get(key)
+        if ctx is None:
+            return
+        final = bool(flags & 1)
+        if payload is None:
+            if final:
+                self._live.pop(key, None)
+                ctx.send(
+                    InferResponse(
+                        ctx.request.model_name,
+                        str(self.spec.version),
+                        ctx.request.id,
+                        final=True,
+                        flag_only=True,
+                    )
+                )
+            return
+        resp = self._unpack_response(ctx, payload, final)
+        if final:
+            self._live.pop(key, None)
+        ctx.send(resp)
+
+    async def _execute_call(self, items: list[RequestItem]) -> Executed:
+        # No timer on the hot path: a worker that dies fails this call through _on_lost, and
+        # a hung model is bounded by the caller's timeout (client deadline, BLS timeout).
+        assert self._loop is not None
+        call_id = next(self._call_ids)
+        fut: asyncio.Future[Executed] = self._loop.create_future()
+        self._calls[call_id] = fut
+        try:
+            self.send(Execute(call_id, items))
+            return await fut
+        finally:
+            self._calls.pop(call_id, None)
+
+
+def error_response(ctx: RequestContext, err: ModelyardError) -> InferResponse:
+    r = ctx.request
+    return InferResponse(r.model_name, r.model_version, r.id, error=err, final=True)

@@ -1,0 +1,284 @@
+"""BLS from inside a worker: a model's InferenceRequest.exec()/async_exec() become BLS frames
+to the server, which runs them through its core like any other request.
+
+A thread blocked in exec() reads the channel itself while no other thread does (see
+baton.py); replies are handed to whoever waits: a blocked thread for exec(), the instance's
+event loop for async_exec(). Decoupled calls stream responses as they arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+import json
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from modelyard.backends.python.protocol import tensor_pool
+from modelyard.backends.python.protocol.messages import (
+    Bls,
+    BlsCancel,
+    BlsResponse,
+    ControlResult,
+    LoadModel,
+    QueryModelReady,
+    Response,
+    UnloadModel,
+)
+
+if TYPE_CHECKING:
+    from modelyard.backends.python.worker.runtime import StubRuntime
+
+
+# The request keys of the batch whose execute is running in this context (thread or task).
+PARENTS: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
+    "modelyard_bls_parents", default=()
+)
+
+Reply = BlsResponse | ControlResult
+# Waiting for a BLS reply is bounded even when the request sets no timeout: the server's
+# deadlock detection answers cycles at once, so this only guards against a lost server.
+DEFAULT_WAIT_S = 3600.0
+
+
+class BlsClient:
+    def __init__(self, runtime: StubRuntime):
+        self.rt = runtime
+        self._ids = itertools.count(1)
+        self._waiters: dict[int, Callable[[Reply], None]] = {}
+        self._lock = threading.Lock()
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def deliver(self, msg: Reply) -> None:
+        with self._lock:
+            waiter = self._waiters.get(msg.call_id)
+        if waiter is not None:
+            waiter(msg)
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def _register(self, waiter: Callable[[Reply], None], call_id: int = 0) -> int:
+        call_id = call_id or next(self._ids)
+        with self._lock:
+            self._waiters[call_id] = waiter
+        return call_id
+
+    def _unregister(self, call_id: int) -> None:
+        with self._lock:
+            self._waiters.pop(call_id, None)
+
+    def _request(self, call_id: int, request: Any, decoupled: bool) -> Bls:
+        inputs = []
+        for t in request.inputs():
+            inputs.append(tensor_pool.pack_array(t.name(), t.as_numpy(), self.rt.stub.pool))
+        params = request._params
+        if params is None:
+            text = request.parameters()
+            params = json.loads(text) if text else {}
+        version = request.model_version()
+        stub = self.rt.stub
+        return Bls(
+            call_id,
+            decoupled,
+            request.model_name(),
+            "" if version is None or int(version) < 0 else str(version),
+            request.request_id(),
+            request.correlation_id(),
+            request.flags(),
+            inputs,
+            list(request.requested_output_names()),
+            params or {},
+            int(request.timeout() or 0),
+            # Only a call made by a blocked sync execute holds this instance while it waits.
+            stub.executing and threading.get_ident() == stub.main_ident,
+            PARENTS.get(),
+        )
+
+    def _response(self, response: Response | None) -> Any:
+        pb = self.rt.pb
+        if response is None:  # a flag-only final
+            return pb.InferenceResponse._from_server([], flag_only=True)
+        if response.error is not None:
+            message, code = response.error
+            return pb.InferenceResponse._from_server([], pb.TritonError._from_server(message, code))
+        tensors = []
+        for packed in response.tensors:
+            name, _, arr = tensor_pool.unpack(packed, self.rt.stub.mapper)
+            tensors.append(pb.Tensor._from_server(name, arr))
+        return pb.InferenceResponse._from_server(tensors, None, response.parameters or None)
+
+    def _send(self, call_id: int, request: Any, decoupled: bool) -> None:
+        self.rt.stub.send(self._request(call_id, request, decoupled))
+
+    @staticmethod
+    def _wait_s(request: Any) -> float:
+        t = int(request.timeout() or 0)
+        return t / 1e6 + 5.0 if t > 0 else DEFAULT_WAIT_S
+
+    def _next_reply(self, replies: queue.SimpleQueue[Reply], wait_s: float) -> Reply:
+        """The next reply for a blocked caller, reading the channel while no other thread
+        does; raises queue.Empty after ``wait_s``."""
+        self.rt.stub.baton.wait_for(lambda: not replies.empty(), wait_s)
+        return replies.get_nowait()
+
+    def control(
+        self, op: str, request: LoadModel | UnloadModel | QueryModelReady
+    ) -> tuple[str, bool]:
+        """A model-control call (op: load/unload/ready); blocks for the server's answer:
+        (error text, "" on success; whether the model is ready)."""
+        replies: queue.SimpleQueue[Reply] = queue.SimpleQueue()
+        call_id = self._register(replies.put, request.call_id)
+        try:
+            self.rt.stub.send(request)
+            msg = self._next_reply(replies, DEFAULT_WAIT_S)
+        except queue.Empty:
+            return f"model control '{op}' got no answer from the server", False
+        finally:
+            self._unregister(call_id)
+        assert type(msg) is ControlResult
+        return msg.error, msg.ready
+
+    # -- exec -----------------------------------------------------------------------------
+
+    def exec(self, request: Any, decoupled: bool) -> Any:
+        replies: queue.SimpleQueue[Reply] = queue.SimpleQueue()
+        call_id = self._register(replies.put)
+        try:
+            self._send(call_id, request, decoupled)
+        except BaseException:
+            self._unregister(call_id)
+            raise
+        wait_s = self._wait_s(request)
+        if not decoupled:
+            try:
+                msg = self._next_reply(replies, wait_s)
+            except queue.Empty:
+                return self._timeout_response()
+            finally:
+                self._unregister(call_id)
+            return self._response(_bls_response(msg).response)
+        return BlsStream(self, call_id, replies, wait_s)
+
+    def _timeout_response(self) -> Any:
+        pb = self.rt.pb
+        return pb.InferenceResponse(
+            output_tensors=[],
+            error=pb.TritonError("BLS request timed out waiting for a response", 4),
+        )
+
+    # -- async_exec -------------------------------------------------------------------------
+
+    def async_exec(self, request: Any, decoupled: bool) -> Any:
+        """An awaitable: the response, or (decoupled) a blocking iterator whose first response
+        has already arrived, as Triton gives it."""
+        loop = asyncio.get_running_loop()
+        first: asyncio.Future[Reply] = loop.create_future()
+        rest: queue.SimpleQueue[Reply] = queue.SimpleQueue()
+        got_first = threading.Event()
+
+        def put(msg: Reply) -> None:
+            if got_first.is_set():
+                rest.put(msg)
+                return
+            got_first.set()
+            loop.call_soon_threadsafe(_resolve, first, msg)
+
+        call_id = self._register(put)
+        baton = self.rt.stub.baton
+        baton.urgent(1)  # the loop cannot read for itself: the reader thread must
+        try:
+            self._send(call_id, request, decoupled)
+        except BaseException:
+            self._unregister(call_id)
+            baton.urgent(-1)
+            raise
+        return self._await_first(call_id, first, rest, decoupled, self._wait_s(request))
+
+    async def _await_first(
+        self,
+        call_id: int,
+        first: asyncio.Future[Reply],
+        rest: queue.SimpleQueue[Reply],
+        decoupled: bool,
+        wait_s: float,
+    ) -> Any:
+        try:
+            msg = await asyncio.wait_for(first, wait_s)
+        except asyncio.TimeoutError:
+            self._unregister(call_id)
+            timeout = self._timeout_response()
+            return iter([timeout]) if decoupled else timeout
+        finally:
+            self.rt.stub.baton.urgent(-1)
+        if not decoupled:
+            self._unregister(call_id)
+            return self._response(_bls_response(msg).response)
+        return BlsStream(self, call_id, rest, wait_s, first=msg)
+
+
+class BlsStream:
+    """The responses of a decoupled BLS call, as they arrive (``exec``/``async_exec`` with
+    ``decoupled=True``); ``cancel()`` asks the server to cancel the call (Triton 25.04):
+    the callee sees ``is_cancelled()``, and the stream still ends with the callee's final
+    response (a call still queued ends with a CANCELLED error)."""
+
+    def __init__(
+        self,
+        client: BlsClient,
+        call_id: int,
+        replies: queue.SimpleQueue[Reply],
+        wait_s: float,
+        first: Reply | None = None,
+    ) -> None:
+        self._client = client
+        self._call_id = call_id
+        self._replies = replies
+        self._wait_s = wait_s
+        self._first = first
+        self._ended = False
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        msg = self._first
+        self._first = None
+        if msg is None:
+            try:
+                msg = self._client._next_reply(self._replies, self._wait_s)
+            except queue.Empty:
+                self._end()
+                return self._client._timeout_response()
+        reply = _bls_response(msg)
+        if reply.final:
+            self._end()
+        return self._client._response(reply.response)
+
+    def cancel(self) -> None:
+        if not self._ended:
+            self._client.rt.stub.send(BlsCancel(self._call_id))
+
+    def _end(self) -> None:
+        self._ended = True
+        self._client._unregister(self._call_id)
+
+    def __del__(self) -> None:
+        if not self._ended:  # dropped before its end: stop routing its replies here
+            self._client._unregister(self._call_id)
+
+
+def _resolve(fut: asyncio.Future[Reply], msg: Reply) -> None:
+    if not fut.done():
+        fut.set_result(msg)
+
+
+def _bls_response(msg: Reply) -> BlsResponse:
+    assert type(msg) is BlsResponse  # a BLS call's id is answered by BLS responses only
+    return msg

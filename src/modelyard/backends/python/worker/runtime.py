@@ -1,0 +1,271 @@
+"""The worker side of the pb_utils runtime hook: builds pb_utils requests from frames, turns
+the model's responses into frames, and carries logging, BLS and model control to the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from modelyard.backends.python.protocol import client_regions, framing, tensor_pool
+from modelyard.backends.python.protocol.error_text import control_error_text, format_exception
+from modelyard.backends.python.protocol.messages import (
+    BlsResponse,
+    Cancel,
+    ControlResult,
+    ErrorCode,
+    LoadModel,
+    Log,
+    ModelSetup,
+    OutputDestination,
+    PackedTensor,
+    QueryModelReady,
+    RequestItem,
+    Response,
+    Send,
+    UnloadModel,
+)
+from modelyard.backends.python.protocol.release_flags import (
+    RESCHEDULE,
+    is_iterative,
+    refuse,
+    rescheduled,
+    returned_for_rescheduled,
+)
+from modelyard.backends.python.worker.bls_client import BlsClient
+
+if TYPE_CHECKING:
+    from modelyard.backends.python.worker.stub import Stub
+
+log = logging.getLogger("modelyard.stub")
+
+
+class StubRuntime:
+    def __init__(self, stub: Stub, setup: ModelSetup):
+        self.stub = stub
+        import triton_python_backend_utils as pb
+
+        self.pb = pb
+        self.bls = BlsClient(self)
+        self.cancelled: set[int] = set()
+        self.adopt(setup)
+
+    def adopt(self, setup: ModelSetup) -> None:
+        """Serve the model ``setup`` describes (auto-complete ran with a provisional one)."""
+        self.setup = setup
+        config_json = setup.config_json
+        outputs = json.loads(config_json).get("output", []) if config_json else []
+        self.all_outputs: list[str] = [o["name"] for o in outputs]
+        self.iterative = is_iterative(config_json)
+
+    # -- requests in, responses out ----------------------------------------------------------
+
+    def make_request(self, item: RequestItem) -> Any:
+        pb = self.pb
+        setup = self.setup
+        key, output_names, dests = item.key, item.output_names, item.destinations
+        tensors = []
+        for packed in item.inputs:
+            name, datatype, shape, data = packed
+            if type(data) is list and data[0] == client_regions.INPUT:  # (arrays decode as lists)
+                arr = self.stub.regions.input(data, datatype, shape)
+            else:
+                _, _, arr = tensor_pool.unpack(packed, self.stub.mapper)
+            tensors.append(pb.Tensor._from_server(name, arr))
+        if output_names is None:
+            output_names = self.all_outputs
+        sender = pb.InferenceResponseSender(
+            lambda resp, fl, _k=key, _n=output_names, _d=dests: self._send(_k, resp, fl, _n, _d),
+            setup.decoupled,
+            lambda _k=key: _k in self.cancelled,
+        )
+        request = pb.InferenceRequest._from_server(
+            request_id=item.request_id,
+            correlation_id=item.correlation_id,
+            model_name=setup.model_name,
+            model_version=setup.version,
+            flags=item.flags,
+            inputs=tensors,
+            requested_output_names=output_names,
+            parameters=item.parameters or None,
+            timeout=item.timeout_us,
+            response_sender=sender,
+        )
+        request._modelyard_key = key
+        request._modelyard_outputs = output_names
+        request._modelyard_dests = dests
+        return request
+
+    def pack_response(
+        self,
+        response: Any,
+        output_names: list[str] | None,
+        dests: dict[str, OutputDestination] | None = None,
+    ) -> Response:
+        err = response.error()
+        if err is not None:
+            return Response([], None, (err.message(), err.code()))
+        wanted = None if output_names is None else set(output_names)
+        outputs: list[PackedTensor] = []
+        for t in response.output_tensors():
+            name = t.name()
+            if wanted is not None and name not in wanted:
+                continue  # Triton drops outputs the client did not request
+            arr = t.as_numpy()
+            dest = dests.get(name) if dests else None
+            if dest is not None:  # the client wants it in its region: write it there
+                written = self.stub.regions.write(dest, arr)
+                if written is not None:
+                    outputs.append(client_regions.written_output(name, arr, written))
+                    continue
+            outputs.append(tensor_pool.pack_array(name, arr, self.stub.pool))
+        return Response(outputs, response._params or None, None)
+
+    def collect_responses(self, requests: list[Any], returned: Any) -> list[Response | None]:
+        """Validate execute's return value as Triton does and pack each response."""
+        pb = self.pb
+        if self.setup.decoupled:
+            if returned is not None:
+                raise _failure(
+                    f"Python model '{self.setup.instance_name}' is using the decoupled mode and "
+                    "the execute function must return None."
+                )
+            return [None] * len(requests)
+        if returned is None:
+            return [None] * len(requests)
+        if not isinstance(returned, list):
+            raise _failure(f"Expected a list in the execute return, found type '{type(returned)}'.")
+        if len(returned) != len(requests):
+            raise _failure(
+                "Number of InferenceResponse objects do not match the number of InferenceRequest "
+                f"objects. InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) "
+                f"size is:{len(returned)}\n"
+            )
+        results: list[Response | None] = []
+        for req, resp in zip(requests, returned, strict=False):
+            if resp is None:
+                results.append(None)
+                continue
+            if req._release_flags & RESCHEDULE:
+                raise _failure(returned_for_rescheduled(resp))
+            if not isinstance(resp, pb.InferenceResponse):
+                raise _failure(
+                    "Expected an 'InferenceResponse' object in the execute function return list, "
+                    f"found type '{type(resp)}'."
+                )
+            results.append(
+                self.pack_response(resp, req.requested_output_names(), req._modelyard_dests)
+            )
+            if self.cancelled:
+                self.cancelled.discard(req._modelyard_key)
+        return results
+
+    def release(self, requests: list[Any]) -> tuple[int, ...]:
+        """The indices of the requests the model rescheduled, to execute again (an iterative
+        model), after refusing them for any other model (see release_flags.py)."""
+        indices = rescheduled(requests)
+        if not indices:
+            return ()
+        if not self.iterative:
+            refuse(self.pb, requests, indices)
+            return ()
+        return tuple(indices)
+
+    def _send(
+        self,
+        key: int,
+        response: Any,
+        flags: int,
+        output_names: list[str] | None,
+        dests: dict[str, OutputDestination] | None = None,
+    ) -> None:
+        payload = None if response is None else self.pack_response(response, output_names, dests)
+        self.stub.send(Send(key, payload, flags))
+        if flags & 1 and self.cancelled:
+            self.cancelled.discard(key)  # answered: nothing will ask about it again
+
+    def run_in_background(
+        self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop, requests: list[Any]
+    ) -> None:
+        fut = asyncio.run_coroutine_threadsafe(coro, loop)
+
+        def done(f: Any) -> None:
+            exc = f.exception()
+            if exc is not None:
+                log.error("%s", format_exception(exc))
+                return
+            indices = rescheduled(requests)
+            if indices:  # never for an iterative model: its coroutine is awaited in place
+                refuse(self.pb, requests, indices)
+
+        fut.add_done_callback(done)
+
+    # -- pb_utils.Runtime ----------------------------------------------------------------------
+
+    def log(self, level: int, message: str, filename: str, line: int) -> None:
+        try:
+            self.stub.send(Log(level, message, filename, line))
+        except (OSError, *framing.ENCODE_ERRORS):  # the server is gone (e.g. a model thread
+            # logging during shutdown), or the line cannot travel: keep it anyway
+            from triton_python_backend_utils._runtime import print_log
+
+            print_log(level, message, filename, line)
+
+    def model_dir(self) -> str:
+        import os
+
+        return str(os.path.dirname(self.setup.model_file))
+
+    def deliver(self, msg: BlsResponse | ControlResult | Cancel) -> None:
+        """A BLS response, control result or cancellation from the server (on the thread that
+        read it, see baton.py)."""
+        if isinstance(msg, Cancel):
+            self.cancelled.update(msg.keys)
+            return
+        self.bls.deliver(msg)
+
+    def _check_bls(self) -> None:
+        if self.stub.phase != "ready":
+            raise self.pb.TritonModelException(
+                "BLS is only supported during the 'execute' function."
+            )
+
+    def exec(self, request: Any, decoupled: bool) -> Any:
+        self._check_bls()
+        return self.bls.exec(request, decoupled)
+
+    def async_exec(self, request: Any, decoupled: bool) -> Any:
+        self._check_bls()
+        return self.bls.async_exec(request, decoupled)
+
+    def _control(self, op: str, request: LoadModel | UnloadModel | QueryModelReady) -> bool:
+        error, ready = self.bls.control(op, request)
+        if error:
+            text = control_error_text(op, self.setup.instance_name, error)
+            raise self.pb.TritonModelException(text)
+        return ready
+
+    def load_model(self, name: str, config: str, files: dict[str, bytes] | None) -> None:
+        self._control("load", LoadModel(self.bls.next_id(), name, config, files or {}))
+
+    def unload_model(self, name: str, unload_dependents: bool) -> None:
+        self._control("unload", UnloadModel(self.bls.next_id(), name, unload_dependents))
+
+    def is_model_ready(self, name: str, version: str) -> bool:
+        return self._control("ready", QueryModelReady(self.bls.next_id(), name, version))
+
+
+def _failure(message: str) -> Exception:
+    return Failure(ErrorCode.INTERNAL, message)
+
+
+class Failure(Exception):
+    """A call the worker answers with an error: Triton's code and text."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message

@@ -1,0 +1,364 @@
+"""InferenceServer: the one in-process API that frontends and BLS both use."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from modelyard.config.render import model_metadata as render_metadata
+from modelyard.core import health
+from modelyard.core.host import CoreHost
+from modelyard.core.loading import ModelLoads
+from modelyard.core.model_control import ModelControl
+from modelyard.core.model_version import ModelVersion
+from modelyard.core.options import ServerOptions, parse_version
+from modelyard.core.registry import ModelRegistry
+from modelyard.core.response_cache import ResponseCache
+from modelyard.core.settings import LogSettings, TraceSettings
+from modelyard.core.shutdown import stop_all
+from modelyard.core.validation import validate
+from modelyard.errors import (
+    InvalidArgument,
+    ModelyardError,
+    NotFound,
+    Unsupported,
+)
+from modelyard.serving.context import RequestContext
+from modelyard.serving.shm_regions import SharedMemoryManager, uses_shared_memory
+from modelyard.types import InferRequest, InferResponse
+
+log = logging.getLogger("modelyard")
+
+SERVER_VERSION = "2.51.0"
+EXTENSIONS = [
+    "classification",
+    "sequence",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+]
+
+
+class InferenceServer(ModelControl):
+    """The one in-process API: inference, health, metadata, statistics, settings and shared
+    memory here; loading and unloading models in :class:`ModelControl`."""
+
+    def __init__(self, options: ServerOptions):
+        self.options = options
+        self.registry = ModelRegistry(options.repositories)
+        self.host = CoreHost(self)  # what the backends get of the core
+        self.log_settings = LogSettings()
+        self.trace_settings = TraceSettings()
+        self.loads = ModelLoads(options.load_threads)
+        self.poller: Any = None  # RepositoryPoller in poll mode
+        self._live = True
+        self._started = False
+        self._stopping = False
+        self.shared_memory = SharedMemoryManager(options.allow_client_shm)
+        self.response_cache = ResponseCache(options.cache_bytes) if options.cache_bytes else None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> list[str]:
+        """Load the models the control mode asks for; return the names that failed."""
+        self.registry.scan()
+        mode = self.options.control_mode
+        if mode == "explicit":
+            names = self.options.load_models
+            if "*" in names:
+                names = sorted(self.registry.locations)
+        else:
+            names = sorted(self.registry.locations)
+        if mode == "poll":
+            from modelyard.core.polling import RepositoryPoller
+
+            self.poller = RepositoryPoller(self, self.options.poll_secs)
+            self.poller.prime()
+        from modelyard.core.ensembles import ensembles_last
+
+        groups = ensembles_last(self.registry.locations, names)  # step models before ensembles
+        results: list[Any] = []
+        for group in groups:
+            results += await asyncio.gather(*(self._load(n) for n in group), return_exceptions=True)
+        names = [n for group in groups for n in group]
+        failed = [n for n, r in zip(names, results, strict=False) if isinstance(r, BaseException)]
+        self._started = True
+        if self.poller is not None:
+            self.poller.start()
+        return failed
+
+    async def stop(self) -> bool:
+        """Shut down within the exit timeout (core/shutdown.py); True for a clean drain."""
+        self._stopping = True  # not ready from now on; still live, as Triton
+        if self.poller is not None:
+            await self.poller.stop()
+        versions = [mv for e in self.registry.entries.values() for mv in e.versions.values()]
+        clean = await stop_all(versions, self.options.exit_timeout)
+        self._live = False
+        self.loads.release_all()
+        self.shared_memory.close()
+        return clean
+
+    # -- health and metadata -----------------------------------------------------------------
+
+    def is_live(self) -> bool:
+        return self._live
+
+    def is_ready(self) -> bool:
+        """Started, not stopping, and with strict readiness every model ready (instances
+        live; the models' own is_ready() is not asked: see check_ready)."""
+        if not (self._live and self._started) or self._stopping:
+            return False
+        return not self.options.strict_readiness or all(
+            map(health.counts_as_ready, self.registry.entries.values())
+        )
+
+    async def check_ready(self) -> bool:
+        """Server readiness as Triton 26 answers it: ``is_ready``, and with strict readiness
+        the models' own is_ready() too."""
+        ready = self.is_ready()
+        if not ready or not self.options.strict_readiness:
+            return ready
+        results = await asyncio.gather(*map(health.check_entry, self.registry.entries.values()))
+        return all(results)
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.options.server_id,
+            "version": SERVER_VERSION,
+            "extensions": [
+                e for e in EXTENSIONS if e != "system_shared_memory" or self.shared_memory.enabled
+            ],
+        }
+
+    def get_version(self, name: str, version: str = "") -> ModelVersion:
+        """The model version a request names: the latest ready one when version is ""."""
+        v = parse_version(version)
+        entry = self.registry.entries.get(name)
+        if entry is None:
+            raise NotFound(f"Request for unknown model: '{name}' is not found")
+        if v is None:
+            if not entry.versions:
+                raise NotFound(f"Request for unknown model: '{name}' has no available versions")
+            return entry.versions[max(entry.versions)]
+        mv = entry.versions.get(v)
+        if mv is None:
+            raise NotFound(f"Request for unknown model: '{name}' version {v} is not found")
+        return mv
+
+    def _ready_version(self, name: str, version: str) -> ModelVersion | None:
+        try:
+            mv = self.get_version(name, version)
+        except ModelyardError:
+            return None
+        entry = self.registry.entries.get(name)
+        return mv if entry is not None and entry.state == "READY" else None
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        """Loaded, READY, and every instance live and initialized (no model code runs)."""
+        mv = self._ready_version(name, version)
+        return mv is not None and not health.version_trouble(mv)
+
+    async def check_model_ready(self, name: str, version: str = "") -> bool:
+        """``model_ready``, and the model's own is_ready() (Triton 26.03), bounded."""
+        mv = self._ready_version(name, version)
+        return mv is not None and not await health.check_version(mv)
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        mv = self.get_version(name, version)
+        if version:
+            versions = [version]
+        else:
+            versions = [str(v) for v in sorted(self.registry.entries[name].versions)]
+        return render_metadata(mv.config, versions)
+
+    def model_config(self, name: str, version: str = "") -> Any:
+        return self.get_version(name, version).config
+
+    def model_config_json(self, name: str, version: str = "") -> str:
+        return self.get_version(name, version).config_json
+
+    def is_decoupled(self, name: str, version: str = "") -> bool:
+        return self.get_version(name, version).decoupled
+
+    # -- inference ---------------------------------------------------------------------------
+
+    def _prepare(
+        self, request: InferRequest, on_response: Any, chain: frozenset[str] = frozenset()
+    ) -> tuple[ModelVersion, RequestContext]:
+        mv = self.get_version(request.model_name, request.model_version)
+        output_names = validate(request, mv.signature)
+        if not request.model_version:
+            request.model_version = str(mv.version)
+        # No closure over ctx here: a reference cycle would keep the request (and the shared
+        # memory its tensors view) alive until the cyclic GC runs.
+        ctx = RequestContext(
+            request, output_names, on_response, chain=chain, batch_size=_batch_of(request, mv)
+        )
+        ctx.stats = mv.stats
+        ctx.t_received = time.monotonic_ns()
+        return mv, ctx
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """One request, one response. Raises ModelyardError for any failure."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[InferResponse] = loop.create_future()
+
+        def on_response(resp: InferResponse) -> None:
+            if not fut.done():
+                fut.set_result(resp)
+
+        shm_out = self.shared_memory.bind(request) if uses_shared_memory(request) else None
+        mv, ctx = self._prepare(request, on_response)
+        if mv.decoupled:
+            raise Unsupported(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy"
+            )
+        mv.scheduler.submit(ctx)
+        try:
+            resp = await fut
+        except asyncio.CancelledError:
+            ctx.cancel()
+            raise
+        if resp.error is not None:
+            raise resp.error
+        if shm_out:
+            self.shared_memory.write_outputs(resp, shm_out)
+        return resp
+
+    def submit(
+        self,
+        request: InferRequest,
+        on_response: Any,
+        chain: frozenset[str] = frozenset(),
+        caller: str = "",
+    ) -> RequestContext:
+        """Queue a request; every response goes to ``on_response`` (the last has final=True).
+
+        Raises ModelyardError when the request cannot be queued (unknown model, bad input).
+        """
+        mv, ctx = self._prepare(request, on_response, chain)
+        ctx.nested = True  # BLS calls and ensemble steps come this way, clients never do
+        if caller:
+            from modelyard.serving.deadlock import register, release
+
+            ctx.caller = caller
+            register(ctx)
+            try:
+                mv.scheduler.submit(ctx)
+            except BaseException:
+                release(ctx)
+                raise
+            return ctx
+        mv.scheduler.submit(ctx)
+        return ctx
+
+    async def infer_stream_one(
+        self, request: InferRequest, chain: frozenset[str] = frozenset()
+    ) -> InferResponse:
+        """The first response of a request (a BLS exec); errors come back as ``response.error``."""
+        first: InferResponse | None = None
+        try:
+            async for resp in self.infer_stream(request, chain):
+                if first is None:
+                    first = resp
+                if resp.final:
+                    break
+        except ModelyardError as e:
+            return InferResponse(request.model_name, request.model_version, request.id, error=e)
+        return first or InferResponse(request.model_name, request.model_version, request.id)
+
+    async def infer_stream(
+        self, request: InferRequest, chain: frozenset[str] = frozenset()
+    ) -> AsyncIterator[InferResponse]:
+        """Every response of a request (decoupled or not), errors as ``response.error``."""
+        queue: asyncio.Queue[InferResponse] = asyncio.Queue()
+        shm_out = self.shared_memory.bind(request) if uses_shared_memory(request) else None
+        mv, ctx = self._prepare(request, queue.put_nowait, chain)
+        mv.scheduler.submit(ctx)
+        try:
+            while True:
+                resp = await queue.get()
+                if shm_out and resp.error is None:
+                    try:
+                        self.shared_memory.write_outputs(resp, shm_out)
+                    except ModelyardError as e:
+                        resp = InferResponse(
+                            resp.model_name, resp.model_version, resp.id, error=e, final=resp.final
+                        )
+                yield resp
+                if resp.final:
+                    return
+        finally:
+            if not ctx.done:
+                ctx.cancel()
+
+    # -- statistics and settings ------------------------------------------------------------
+
+    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        if not name:
+            stats = [
+                mv.stats.as_dict()
+                for e in sorted(self.registry.entries.values(), key=lambda e: e.name)
+                for _, mv in sorted(e.versions.items())
+            ]
+            return {"model_stats": stats}
+        entry = self.registry.entries.get(name)
+        if entry is None or not entry.versions:
+            raise InvalidArgument(f"requested model '{name}' is not available")
+        if version:
+            v = parse_version(version)
+            if v not in entry.versions:
+                raise InvalidArgument(
+                    f"requested model version is not available for model '{name}'"
+                )
+            return {"model_stats": [entry.versions[v].stats.as_dict()]}
+        return {"model_stats": [mv.stats.as_dict() for _, mv in sorted(entry.versions.items())]}
+
+    # -- system shared memory (serving/shm_regions.py) ----------------------------------------
+
+    def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.shared_memory.register(name, key, offset, byte_size)
+
+    def shm_unregister(self, name: str = "") -> None:
+        self.shared_memory.unregister(name)
+
+    def shm_status(self, name: str = "") -> list[dict[str, Any]]:
+        return self.shared_memory.status(name)
+
+    def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]:
+        return self.shared_memory.cuda_status(name)
+
+    def get_log_settings(self) -> dict[str, Any]:
+        return self.log_settings.as_dict()
+
+    def update_log_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        self.log_settings.update(settings)
+        return self.log_settings.as_dict()
+
+    def get_trace_settings(self, model: str = "") -> dict[str, Any]:
+        if model and model not in self.registry.entries:
+            raise InvalidArgument(f"Request for unknown model : {model}")
+        return self.trace_settings.get(model)
+
+    def update_trace_settings(self, model: str, settings: dict[str, Any]) -> dict[str, Any]:
+        if model and model not in self.registry.entries:
+            raise InvalidArgument(f"Request for unknown model : {model}")
+        return self.trace_settings.update(model, settings)
+
+
+def _batch_of(request: InferRequest, mv: ModelVersion) -> int:
+    if mv.signature.max_batch_size > 0 and request.inputs:
+        return request.inputs[0].shape[0] if request.inputs[0].shape else 1
+    return 1

@@ -1,0 +1,184 @@
+"""Loading and unloading models (the model repository extension, start-up, reloads): one load
+per model at a time, at most ``--model-load-thread-count`` at once, a reload keeps the old
+versions serving until the new ones are up.
+
+A base of :class:`~modelyard.core.api.InferenceServer`, which owns the registry and the
+options these methods use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, cast
+
+from modelyard.core.ensembles import EnsembleLoadError
+from modelyard.core.file_override import remove as remove_override
+from modelyard.core.host import CoreHost
+from modelyard.core.index import repository_index
+from modelyard.core.lifecycle import load_model
+from modelyard.core.loading import ModelLoads
+from modelyard.core.model_version import ModelVersion
+from modelyard.core.options import ServerOptions
+from modelyard.core.registry import ModelRegistry
+from modelyard.core.response_cache import ResponseCache
+from modelyard.core.response_cache import attach as attach_cache
+from modelyard.errors import InvalidArgument, ModelyardError, Unavailable, VersionLoadError
+
+if TYPE_CHECKING:
+    from modelyard.core.api import InferenceServer
+
+log = logging.getLogger("modelyard")
+
+
+class ModelControl:
+    options: ServerOptions
+    registry: ModelRegistry
+    loads: ModelLoads
+    host: CoreHost
+    response_cache: ResponseCache | None
+
+    async def _load(
+        self,
+        name: str,
+        override: Any | None = None,
+        files: dict[str, bytes] | None = None,
+        from_model: bool = False,
+    ) -> None:
+        """Load (or reload) ``name``: one load per model at a time, at most
+        ``--model-load-thread-count`` at once; ``files`` materialise in a private folder."""
+        async with self.loads.lock(name):
+            async with self.loads.slot(from_model):
+                # (written off the event loop: override files may be large)
+                model_dir = await asyncio.to_thread(self.loads.prepare, name, override, files)
+                try:
+                    old = await self._load_locked(name, override, model_dir)
+                except BaseException:
+                    remove_override(model_dir)  # the folder of the serving load stays
+                    entry = self.registry.entries.get(name)
+                    if (
+                        model_dir is not None
+                        and entry is not None
+                        and not entry.versions
+                        and name not in self.registry.locations
+                    ):
+                        del self.registry.entries[name]  # no ghost of a model that never was
+                    raise
+            # The new versions serve; the old ones drain their requests, then finalize (no
+            # load slot held meanwhile).
+            await asyncio.gather(*(mv.stop(self.options.exit_timeout) for mv in old.values()))
+            self.loads.adopt(name, model_dir)
+
+    async def _load_locked(
+        self, name: str, override: Any | None, model_dir: Any
+    ) -> dict[int, ModelVersion]:
+        """Load the new versions and switch requests to them; return the replaced ones."""
+        location = model_dir if model_dir is not None else self.registry.locations.get(name)
+        if location is None:
+            raise ModelyardError(f"failed to load '{name}', failed to poll from model repository")
+        if name in self.registry.errors and model_dir is None:  # the index tells why
+            raise ModelyardError(f"failed to load '{name}', failed to poll from model repository")
+        entry = self.registry.entry(name)
+        # A reload keeps the old versions serving (and READY) until the new ones are up.
+        if not entry.versions:
+            entry.state, entry.reason = "LOADING", ""
+        try:
+            core = cast("InferenceServer", self)  # (the base of InferenceServer only)
+            versions = await load_model(name, str(location), self.options.load, core, override)
+        except EnsembleLoadError as e:
+            if not entry.versions:  # Triton lists such an ensemble with no state
+                entry.state, entry.reason = "", ""
+            log.error("failed to load '%s': %s", name, e.message)
+            raise InvalidArgument(f"load failed for model '{name}': {e.message}\n") from None
+        except VersionLoadError as e:
+            if not entry.versions:
+                entry.state, entry.reason = "UNAVAILABLE", e.reason
+                entry.last_versions = [e.version]
+            log.error("failed to load '%s' version %d: %s", name, e.version, e.reason)
+            raise InvalidArgument(f"load failed for model '{name}': {e.message}") from None
+        except ModelyardError as e:
+            if not entry.versions:
+                entry.state, entry.reason = "UNAVAILABLE", e.message
+            log.error("failed to load '%s': %s", name, e.message)
+            raise
+        except Exception as e:
+            if not entry.versions:
+                entry.state, entry.reason = "UNAVAILABLE", f"{type(e).__name__}: {e}"
+            log.exception("failed to load '%s'", name)
+            raise ModelyardError(f"failed to load '{name}': {e}") from e
+        old = entry.versions
+        for mv in versions:
+            attach_cache(mv, self.response_cache)
+        entry.versions = {mv.version: mv for mv in versions}
+        entry.state, entry.reason = "READY", ""
+        for mv in versions:
+            log.info("successfully loaded '%s' version %d", name, mv.version)
+        return old
+
+    async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        self.registry.scan()
+        return repository_index(self.registry, ready_only)
+
+    def _require_explicit(self) -> None:
+        if self.options.control_mode != "explicit":
+            raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
+
+    async def load_model(
+        self,
+        name: str,
+        config: str | None = None,
+        files: dict[str, bytes] | None = None,
+        from_model: bool = False,
+    ) -> None:
+        # Models may load what they depend on in every control mode (beyond Triton).
+        if not from_model:
+            self._require_explicit()
+        from modelyard.config.repository import validate_model_name
+
+        validate_model_name(name)
+        if files and not config:
+            from modelyard.core.file_override import CONFIG_REQUIRED, load_failed
+
+            raise load_failed(name, CONFIG_REQUIRED)
+        override = None
+        if config:
+            from modelyard.config.pbtxt import config_from_json
+
+            override = config_from_json(config)
+        self.registry.scan()
+        await self._load(name, override, files, from_model)
+
+    async def unload_model(
+        self, name: str, unload_dependents: bool = False, from_model: bool = False
+    ) -> None:
+        if not from_model:
+            self._require_explicit()
+        names = [name]
+        if unload_dependents:  # ensembles first, so none calls a model that is going away
+            from modelyard.core.dependents import dependents
+
+            configs = {
+                n: [mv.config for mv in e.versions.values()]
+                for n, e in self.registry.entries.items()
+            }
+            names = [*dependents(name, configs), name]
+        for n in names:
+            async with self.loads.lock(n):
+                await self._unload(n)
+
+    async def _unload(self, name: str) -> None:
+        """Stop taking requests for ``name``, drain in-flight ones, then finalize."""
+        entry = self.registry.entries.get(name)
+        if entry is None:
+            return
+        if not entry.versions:
+            # A model that failed to load keeps its reason (Triton 2.51); others are unloaded.
+            if entry.state != "UNAVAILABLE":
+                entry.state, entry.reason = "UNAVAILABLE", "unloaded"
+            return
+        versions, entry.versions = entry.versions, {}
+        entry.last_versions = sorted(versions)
+        entry.state, entry.reason = "UNLOADING", ""
+        await asyncio.gather(*(mv.stop(self.options.exit_timeout) for mv in versions.values()))
+        entry.state, entry.reason = "UNAVAILABLE", "unloaded"
+        self.loads.release(name)

@@ -1,0 +1,36 @@
+"""The server's options (``modelyard serve``'s flags, for the core) and Triton's version
+strings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from modelyard.core.model_version import LoadOptions
+from modelyard.errors import InvalidArgument
+
+
+@dataclass
+class ServerOptions:
+    repositories: list[str] = field(default_factory=list)
+    control_mode: str = "none"  # none | explicit | poll
+    load_models: list[str] = field(default_factory=list)
+    server_id: str = "triton"
+    strict_readiness: bool = True
+    exit_on_error: bool = False
+    exit_timeout: float = 30.0
+    load: LoadOptions = field(default_factory=LoadOptions)
+    poll_secs: float = 15.0  # poll mode: seconds between repository scans
+    load_threads: int = 4  # models loading at once (--model-load-thread-count)
+    allow_client_shm: bool = True  # system shared-memory extension (--allow-client-shm)
+    cache_bytes: int = 0  # local response cache size (--cache-config local,size=N); 0 = none
+
+
+def parse_version(version: str) -> int | None:
+    if version == "":
+        return None
+    if not (version.isascii() and version.isdigit()):
+        raise InvalidArgument(
+            f"failed to get model version from specified version string '{version}' "
+            "(details: stol), version should be an integral value > 0"
+        )
+    return int(version)
