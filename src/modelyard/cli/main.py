@@ -64,7 +64,28 @@ def _flag(p: argparse.ArgumentParser, name: str, default: bool, help: str) -> No
     )
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows each default once: a help text that already names its default keeps its own
+    words; others get "(default: X)" where there is a default worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "(default" in text
+            or not action.option_strings
+            or default is None
+            or default is argparse.SUPPRESS
+            or default is False
+            or default == []
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    import modelyard
+
     parser = argparse.ArgumentParser(
         prog="modelyard",
         description=(
@@ -72,12 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
             "Triton's HTTP and gRPC protocol."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"modelyard {modelyard.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser(
-        "serve",
-        help="run the inference server",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    s = sub.add_parser("serve", help="run the inference server", formatter_class=_HelpFormatter)
+    add_serve_flags(s)
+    add_bench_parser(sub)
+    return parser
+
+
+def add_serve_flags(s: argparse.ArgumentParser, repository_required: bool = True) -> None:
+    """``serve``'s flags."""
     s.add_argument(
         "--model-repository",
         "--model-store",
@@ -85,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         dest="model_repository",
         metavar="PATH",
-        required=True,
+        required=repository_required,
         help="model repository folder; repeat for several",
     )
     s.add_argument("--http-port", type=int, default=8000, help="HTTP port (0 picks a free one)")
@@ -190,8 +215,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="append the log to this file instead of stderr",
     )
     s.add_argument("--id", default="triton", help="server id reported in server metadata")
-    add_bench_parser(sub)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
