@@ -279,7 +279,7 @@ def test_version() -> None:
     assert (run.returncode, run.stdout) == (0, f"modelyard {modelyard.__version__}\n")
 
 
-@pytest.mark.parametrize("command", ["serve"])
+@pytest.mark.parametrize("command", ["serve", "dev"])
 def test_help_shows_each_default_once(command: str) -> None:
     run = subprocess.run([sys.executable, "-m", "modelyard", command, "--help"], capture_output=True, text=True, timeout=60,
                          env={"COLUMNS": "100", "PATH": "", "PYTHONPATH": ":".join(sys.path)})  # fmt: skip
