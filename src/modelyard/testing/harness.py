@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
+import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -115,10 +115,10 @@ class ModelHandle:
         self.host = HarnessHost(self._core, fakes, self._loop.loop)
         self._core.host = self.host  # type: ignore[assignment]  # what the instances get
         self._core_host = CoreHost(self._core)  # the model's own requests: the core's path
-        self._core.registry.scan()
-        self._core.registry.locations[self.name] = model_dir  # the model under test wins
         Runtimes.push(self, InProcessRuntime(self.host, self._loop.loop))
         try:
+            self._core.registry.scan()
+            self._core.registry.locations[self.name] = model_dir  # the model under test wins
             override = _override(self.name, model_dir, config, version)
             self._call(self._core._load(self.name, override))
         except ModelyardError as e:
@@ -328,16 +328,14 @@ def _batch_of(request: InferRequest, mv: ModelVersion) -> int:
 
 def _wait_for(claim: Callable[[], T | None], timeout: float, name: str) -> T:
     """Claim an idle instance, waiting (bounded) while the instances are busy."""
-    event = threading.Event()
-    deadline = timeout
+    deadline = time.monotonic() + timeout
     while True:
         got = claim()
         if got is not None:
             return got
-        if deadline <= 0:
+        if time.monotonic() > deadline:
             raise TimeoutError(f"every instance of model '{name}' stayed busy for {timeout:g} s")
-        event.wait(0.005)
-        deadline -= 0.005
+        time.sleep(0.005)
 
 
 def _override(name: str, model_dir: Path, config: Any, version: int | None) -> Any:
