@@ -42,7 +42,13 @@ class Tracer:
     def start(self) -> None:
         """Set up the exporter (OpenTelemetry mode); ValueError for bad settings."""
         if self.otel_mode and self._otel is None:
-            from modelyard.tracing.otel import OtelExporter
+            try:
+                from modelyard.tracing.otel import OtelExporter
+            except ImportError as e:
+                raise ValueError(
+                    f"--trace-config mode=opentelemetry needs the OpenTelemetry SDK and OTLP "
+                    f"exporter ({e}): pip install 'modelyard[otel]'"
+                ) from None
 
             self._otel = OtelExporter(self.config, self.offset_ns, self._user_span)
 
