@@ -10,6 +10,9 @@ join the trace's record in the store of recent traces.
 
 from __future__ import annotations
 
+import logging
+import queue
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -26,6 +29,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from modelyard.tracing.config import TraceConfig
 from modelyard.tracing.trace import Span, Trace
 
+log = logging.getLogger("modelyard")
 DEFAULT_URL = "http://localhost:4318/v1/traces"
 SERVICE_NAME = "triton-inference-server"
 TRACER_NAME = "triton-server"
@@ -70,8 +74,26 @@ class OtelExporter:
         self.provider.add_span_processor(self.processor)
         self.provider.add_span_processor(_Collect(offset_ns, on_user_span))
         otel_trace.set_tracer_provider(self.provider)
+        self._queue: queue.SimpleQueue[Trace | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="modelyard-otel", daemon=True)
+        self._thread.start()
 
     def export(self, trace: Trace) -> None:
+        """Hand ``trace`` over: its spans are built and queued on the export thread, off the
+        request's path."""
+        self._queue.put(trace)
+
+    def _run(self) -> None:
+        while True:
+            trace = self._queue.get()
+            if trace is None:
+                return
+            try:
+                self._export(trace)
+            except Exception:
+                log.exception("exporting a trace failed")
+
+    def _export(self, trace: Trace) -> None:
         trace_id = trace.trace_id
         offset = self.offset_ns
         for span in trace.spans:
@@ -94,6 +116,8 @@ class OtelExporter:
             )
 
     def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(10.0)
         self.provider.shutdown()  # exports what is queued
 
 

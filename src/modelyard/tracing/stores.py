@@ -50,20 +50,24 @@ def trace_record(trace: Trace, offset_ns: int) -> dict[str, Any]:
 
 
 class RecentTraces:
-    """The last ``size`` finished traces, newest first."""
+    """The last ``size`` finished traces, newest first. A trace is kept as it is and made
+    into its dict when read (the request that finished it does not pay for that)."""
 
-    def __init__(self, size: int = DEFAULT_RECENT) -> None:
-        self._items: collections.deque[dict[str, Any]] = collections.deque(maxlen=size)
+    def __init__(self, size: int = DEFAULT_RECENT, offset_ns: int = 0) -> None:
+        self._items: collections.deque[Trace | dict[str, Any]] = collections.deque(maxlen=size)
+        self._offset = offset_ns
         self._lock = threading.Lock()
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, trace: Trace | dict[str, Any]) -> None:
         with self._lock:
-            self._items.appendleft(record)
+            self._items.appendleft(trace)
 
     def recent(self, limit: int | None = None) -> list[dict[str, Any]]:
         with self._lock:
             items = list(self._items)
-        return items if limit is None else items[: max(0, limit)]
+        if limit is not None:
+            items = items[: max(0, limit)]
+        return [t if isinstance(t, dict) else trace_record(t, self._offset) for t in items]
 
     def clear(self) -> None:
         with self._lock:

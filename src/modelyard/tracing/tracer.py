@@ -17,7 +17,7 @@ from typing import Any
 
 from modelyard.tracing.config import LEVEL_OFF, MODE_OPENTELEMETRY, TraceConfig
 from modelyard.tracing.settings import TraceSettings
-from modelyard.tracing.stores import CallGraph, RecentTraces, trace_record
+from modelyard.tracing.stores import CallGraph, RecentTraces
 from modelyard.tracing.trace import Span, Trace
 from modelyard.tracing.triton_file import TritonWriter
 
@@ -31,7 +31,7 @@ class Tracer:
         self.on = self.settings.on
         self.otel_mode = self.config.mode == MODE_OPENTELEMETRY
         self.offset_ns = time.time_ns() - time.monotonic_ns()  # monotonic -> wall clock
-        self.recent = RecentTraces(recent)
+        self.recent = RecentTraces(recent, self.offset_ns)
         self.call_graph = CallGraph()
         self._ids = itertools.count(1)
         self._id_lock = threading.Lock()
@@ -105,12 +105,15 @@ class Tracer:
 
     def _finished(self, trace: Trace) -> None:
         self._live.pop(trace.trace_id, None)
+        if not trace.requests:  # refused before any model saw it (an unknown model)
+            return
         try:
             if trace.triton_file:
                 self._writer.write(trace)
             elif self._otel is not None:
                 self._otel.export(trace)
-            self.recent.add(trace_record(trace, self.offset_ns))
+            if trace.requests:
+                self.recent.add(trace)
         except Exception:  # a sink must never fail the request that ended the trace
             log.exception("recording a trace failed")
 
