@@ -7,11 +7,14 @@ W3C traceparent (sampled joins, unsampled means no trace) over HTTP and gRPC."""
 from __future__ import annotations
 
 import json
+import queue
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.conftest import Serving
@@ -244,3 +247,29 @@ def test_level_off_per_model_at_run_time(
     finally:
         client.update_trace_settings("add_sub", {"trace_level": None})
         client.close()
+
+
+def test_streamed_requests(server: tuple[ServerProcess, str], receiver: OtlpReceiver) -> None:
+    srv, mode = server
+    done: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    client = grpcclient.InferenceServerClient(srv.grpc_url)
+    rid = f"stream-{mode}"
+    try:
+        client.start_stream(callback=lambda result, error: done.put((result, error)))
+        count = grpcclient.InferInput("COUNT", [1], "INT32")
+        count.set_data_from_numpy(np.array([2], np.int32))
+        client.async_stream_infer("repeat", [count], request_id=rid)
+        for _ in range(2):
+            _, error = done.get(timeout=30)
+            assert error is None
+    finally:
+        client.stop_stream()
+        client.close()
+    trace_id = _the_trace_of(receiver, "repeat", rid)
+    spans = _trace(receiver, trace_id, 3)
+    assert _tree(spans) == {"InferRequest": ["repeat"], "repeat": ["compute"]}
+    assert _one(spans, "InferRequest")["events"] == [
+        "GRPC_WAITREAD_START",
+        "GRPC_WAITREAD_END",
+        "GRPC_SEND_END",
+    ]
