@@ -18,7 +18,7 @@ from modelyard.core.options import ServerOptions, parse_version
 from modelyard.core.registry import ModelRegistry
 from modelyard.core.response_cache import ResponseCache
 from modelyard.core.settings import LogSettings
-from modelyard.core.shutdown import stop_all
+from modelyard.core.shutdown import stop_all, wait_retiring
 from modelyard.core.validation import validate
 from modelyard.errors import (
     InvalidArgument,
@@ -66,6 +66,7 @@ class InferenceServer(ModelControl):
         self.host = CoreHost(self)  # what the backends get of the core
         self.log_settings = LogSettings()
         self.loads = ModelLoads(options.load_threads)
+        self.retiring = {}
         self.poller: Any = None  # RepositoryPoller in poll mode
         self._live = True
         self._started = False
@@ -111,7 +112,11 @@ class InferenceServer(ModelControl):
         if self.poller is not None:
             await self.poller.stop()
         versions = [mv for e in self.registry.entries.values() for mv in e.versions.values()]
-        clean = await stop_all(versions, self.options.exit_timeout)
+        timeout = self.options.exit_timeout
+        clean, retired = await asyncio.gather(
+            stop_all(versions, timeout), wait_retiring(self.retiring, timeout)
+        )
+        clean = clean and retired
         self._live = False
         self.loads.release_all()
         self.shared_memory.close()

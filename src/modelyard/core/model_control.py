@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from modelyard.core.ensembles import EnsembleLoadError
@@ -37,6 +39,8 @@ class ModelControl:
     loads: ModelLoads
     host: CoreHost
     response_cache: ResponseCache | None
+    # Replaced or unloaded versions still draining, by the task retiring them.
+    retiring: dict[asyncio.Future[None], list[ModelVersion]]
 
     async def _load(
         self,
@@ -64,10 +68,10 @@ class ModelControl:
                     ):
                         del self.registry.entries[name]  # no ghost of a model that never was
                     raise
-            # The new versions serve; the old ones drain their requests, then finalize (no
-            # load slot held meanwhile).
-            await asyncio.gather(*(mv.stop(self.options.exit_timeout) for mv in old.values()))
-            self.loads.adopt(name, model_dir)
+            replaced_dir = self.loads.adopt(name, model_dir)
+        # The new versions serve; the old ones drain their requests, then finalize, holding
+        # neither a load slot nor the model's lock.
+        await self._retire(list(old.values()), replaced_dir, from_model)
 
     async def _load_locked(
         self, name: str, override: Any | None, model_dir: Any
@@ -164,9 +168,9 @@ class ModelControl:
             names = [*dependents(name, configs), name]
         for n in names:
             async with self.loads.lock(n):
-                await self._unload(n)
+                await self._unload(n, from_model)
 
-    async def _unload(self, name: str) -> None:
+    async def _unload(self, name: str, from_model: bool = False) -> None:
         """Stop taking requests for ``name``, drain in-flight ones, then finalize."""
         entry = self.registry.entries.get(name)
         if entry is None:
@@ -179,6 +183,34 @@ class ModelControl:
         versions, entry.versions = entry.versions, {}
         entry.last_versions = sorted(versions)
         entry.state, entry.reason = "UNLOADING", ""
-        await asyncio.gather(*(mv.stop(self.options.exit_timeout) for mv in versions.values()))
-        entry.state, entry.reason = "UNAVAILABLE", "unloaded"
-        self.loads.release(name)
+
+        def unloaded() -> None:
+            if not entry.versions:  # (not loaded again meanwhile)
+                entry.state, entry.reason = "UNAVAILABLE", "unloaded"
+
+        await self._retire(list(versions.values()), self.loads.take(name), from_model, unloaded)
+
+    async def _retire(
+        self,
+        versions: list[ModelVersion],
+        folder: Path | None,
+        from_model: bool,
+        then: Callable[[], None] | None = None,
+    ) -> None:
+        """Drain ``versions`` (no longer served), finalize them, remove their override
+        ``folder`` and call ``then``. A model's own control call does not wait for it: its
+        request may be among those draining (a model reloading or unloading itself from
+        execute), and Triton answers it once the new versions serve. Shutdown waits for
+        what is still retiring (core/shutdown.py)."""
+
+        async def retire() -> None:
+            await asyncio.gather(*(mv.stop(self.options.exit_timeout) for mv in versions))
+            remove_override(folder)
+            if then is not None:
+                then()
+
+        task = asyncio.ensure_future(retire())
+        self.retiring[task] = versions
+        task.add_done_callback(self.retiring.pop)
+        if not from_model:
+            await asyncio.shield(task)
