@@ -64,15 +64,24 @@ STEPS: list[tuple[str, str, dict[str, Any] | None]] = [
 ]
 
 
+def _http_step(client: Any, model: str, settings: dict[str, Any] | None) -> Callable[[], Any]:
+    if settings is None:
+        return lambda: client.get_trace_settings(model)
+    return lambda: client.update_trace_settings(model, settings)
+
+
+def _grpc_step(client: Any, model: str, settings: dict[str, Any] | None) -> Callable[[], Any]:
+    if settings is None:
+        return lambda: client.get_trace_settings(model, as_json=True)
+    return lambda: client.update_trace_settings(model, settings, as_json=True)
+
+
 def http_probes(url: str) -> dict[str, list[Any]]:
     client = httpclient.InferenceServerClient(url)
     out: dict[str, list[Any]] = {}
     try:
         for label, model, settings in STEPS:
-            if settings is None:
-                out[label] = _call(lambda m=model: client.get_trace_settings(m))
-            else:
-                out[label] = _call(lambda m=model, s=settings: client.update_trace_settings(m, s))
+            out[label] = _call(_http_step(client, model, settings))
     finally:
         client.close()
     return out
@@ -83,12 +92,7 @@ def grpc_probes(url: str) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     try:
         for label, model, settings in STEPS:
-            if settings is None:
-                answer = _call(lambda m=model: client.get_trace_settings(m, as_json=True))
-            else:
-                answer = _call(
-                    lambda m=model, s=settings: client.update_trace_settings(m, s, as_json=True)
-                )
+            answer = _call(_grpc_step(client, model, settings))
             if answer[0] == "ok":
                 answer = ["ok", _grpc_settings(answer[1])]
             out[label] = answer

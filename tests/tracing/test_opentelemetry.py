@@ -77,10 +77,12 @@ def _the_trace_of(receiver: OtlpReceiver, model: str, request_id: str) -> str:
             x["name"] == model and x["attributes"].get("triton.request_id") == request_id for x in s
         )
     )
-    return next(
-        x["trace_id"]
-        for x in spans
-        if x["name"] == model and x["attributes"].get("triton.request_id") == request_id
+    return str(
+        next(
+            x["trace_id"]
+            for x in spans
+            if x["name"] == model and x["attributes"].get("triton.request_id") == request_id
+        )
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tritonclient.http as httpclient
@@ -158,7 +159,7 @@ def test_structure_matches_the_reference(serving: Serving, tmp_path: Path) -> No
     calls = [("http", "add_sub"), ("http", "bls_add_sub"), ("http", "ensemble_add_sub")]
     calls += [("grpc", "add_sub")]
 
-    def run(http_url: str, grpc_url: str, files: TraceFiles) -> list[dict[str, object]]:
+    def run(http_url: str, grpc_url: str, files: TraceFiles) -> list[dict[tuple[str, str], Any]]:
         out = []
         for protocol, model in calls:
             infer(http_url if protocol == "http" else grpc_url, protocol, model, request_id="r")
@@ -176,9 +177,8 @@ def test_structure_matches_the_reference(serving: Serving, tmp_path: Path) -> No
         ref.stop()
     for (protocol, model), mine, reference in zip(calls, ours, theirs, strict=True):
         # Beyond Triton: BLS calls are traced without trace= (as children of the caller).
-        extra = (
-            {("add_sub", "bls_add_sub")} if "bls_add_sub" in model or "ensemble" in model else set()
-        )
+        bls = "bls_add_sub" in model or "ensemble" in model
+        extra: set[tuple[str, str]] = {("add_sub", "bls_add_sub")} if bls else set()
         assert set(mine) - set(reference) == extra, (protocol, model)
         for key, shape in reference.items():
             assert mine[key] == shape, f"{protocol} {model} {key}\n{mine[key]}\n{shape}"
