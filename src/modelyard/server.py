@@ -20,6 +20,7 @@ from modelyard.core.options import ServerOptions
 from modelyard.fdlimit import raise_fd_limit
 from modelyard.frontends.options import FrontendOptions, frontend_options
 from modelyard.heap import retain_freed_memory
+from modelyard.tracing.config import TraceConfig, TraceConfigError, parse_trace_config
 
 log = logging.getLogger("modelyard")
 
@@ -37,6 +38,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         load_threads=args.model_load_thread_count,
         allow_client_shm=args.allow_client_shm,
         cache_bytes=_cache_bytes(args.cache_config),
+        trace=_trace_config(args.trace_config),
         load=LoadOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             backend_settings=parse_backend_config(args.backend_config),
@@ -50,6 +52,13 @@ def _cache_bytes(items: list[str]) -> int:
     try:
         return parse_cache_config(items)
     except ValueError as e:
+        raise SystemExit(str(e)) from None
+
+
+def _trace_config(items: list[str]) -> TraceConfig:
+    try:
+        return parse_trace_config(items)
+    except TraceConfigError as e:
         raise SystemExit(str(e)) from None
 
 
@@ -72,6 +81,11 @@ def _setup_logging(args: argparse.Namespace) -> None:
 
 async def run_server(args: argparse.Namespace, fe: FrontendOptions) -> int:
     core = InferenceServer(options_from_args(args))
+    try:
+        core.tracer.start()  # (the exporter's settings, checked before any model loads)
+    except ValueError as e:
+        log.error("%s", e)
+        return 1
     failed = await core.start()
     if failed and args.exit_on_error:
         log.error("failed to load all models: %s", ", ".join(failed))
