@@ -20,6 +20,7 @@ from modelyard.core.options import ServerOptions
 from modelyard.fdlimit import raise_fd_limit
 from modelyard.frontends.options import FrontendOptions, frontend_options
 from modelyard.heap import retain_freed_memory
+from modelyard.tracing.config import TraceConfig, TraceConfigError, parse_trace_config
 
 log = logging.getLogger("modelyard")
 
@@ -37,6 +38,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         load_threads=args.model_load_thread_count,
         allow_client_shm=args.allow_client_shm,
         cache_bytes=_cache_bytes(args.cache_config),
+        trace=_trace_config(args.trace_config),
         load=LoadOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             backend_settings=parse_backend_config(args.backend_config),
@@ -50,6 +52,13 @@ def _cache_bytes(items: list[str]) -> int:
     try:
         return parse_cache_config(items)
     except ValueError as e:
+        raise SystemExit(str(e)) from None
+
+
+def _trace_config(items: list[str]) -> TraceConfig:
+    try:
+        return parse_trace_config(items)
+    except TraceConfigError as e:
         raise SystemExit(str(e)) from None
 
 
@@ -202,6 +211,11 @@ async def run_server(
     the models are loaded (the dev server starts watching there) and may return an object
     with an async ``close()``, closed before the shutdown."""
     core = InferenceServer(options_from_args(args))
+    try:
+        core.tracer.start()  # (the exporter's settings, checked before anything binds)
+    except ValueError as e:
+        log.error("%s", e)
+        return 1
     try:
         frontends = await start_frontends(core, args, fe)
     except FrontendError as e:

@@ -176,6 +176,16 @@ def add_serve_flags(s: argparse.ArgumentParser, repository_required: bool = True
         "cache for models with response_cache { enable: true }",
     )
     s.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[MODE,]SETTING=VALUE",
+        help="tracing, Triton's syntax (repeatable): level=TIMESTAMPS|TENSORS|OFF, rate=N, "
+        "count=N, mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; "
+        "opentelemetry,url=HOST:PORT/v1/traces, opentelemetry,resource=KEY=VALUE, "
+        "opentelemetry,bsp_max_queue_size|bsp_schedule_delay|bsp_max_export_batch_size=N",
+    )
+    s.add_argument(
         "--model-control-mode",
         choices=["none", "explicit", "poll"],
         default="none",

@@ -54,6 +54,7 @@ class HarnessHost:
         self.load_model = self._core_host.load_model
         self.unload_model = self._core_host.unload_model
         self.log = self._core_host.log
+        self.tracer = core.tracer  # BLS calls count in its call graph, as on the server
 
     # -- which model answers ------------------------------------------------------------
 

@@ -52,6 +52,7 @@ from modelyard.backends.python.worker.bls_client import PARENTS
 from modelyard.backends.python.worker.readiness import StubReadiness
 from modelyard.backends.python.worker.region_maps import ClientRegions, RegionError
 from modelyard.backends.python.worker.runtime import Failure, StubRuntime
+from modelyard.backends.python.worker.spans import CURRENT, first_traced
 
 log = logging.getLogger("modelyard.stub")
 
@@ -304,6 +305,9 @@ class Stub:
         # BLS calls made from here (and from tasks the coroutine starts) belong to this batch:
         # the server cancels them when the batch's requests are cancelled.
         parents = PARENTS.set(tuple([r._modelyard_key for r in requests]))
+        # A traced request's spans and BLS calls hang under its compute span.
+        traced = first_traced(items)
+        span = CURRENT.set(traced) if traced is not None else None
         try:
             returned = self.model.execute(requests)
             if asyncio.iscoroutine(returned):
@@ -323,6 +327,8 @@ class Stub:
         except BaseException as e:
             return Executed(call_id, None, (), self._batch_error(format_exception(e)))
         finally:
+            if span is not None:
+                CURRENT.reset(span)
             PARENTS.reset(parents)
             self.executing = False
 
