@@ -112,6 +112,7 @@ class PythonWorker(WorkerRequests, WorkerHealth):
         # request key -> context, while a response may still come
         self._live: dict[int, RequestContext] = {}
         self._async_batches: dict[int, list[int]] = {}  # execute call id -> request keys
+        self._batch_keys: dict[int, list[int]] = {}  # ... while the batch runs
         self._early_results: dict[int, AsyncExecuted] = {}  # read before their Executed
         self._keys = itertools.count(1)
         self._alive = False  # the process is connected
@@ -270,7 +271,7 @@ class PythonWorker(WorkerRequests, WorkerHealth):
     def _on_frame(self, msg: WorkerMessage) -> None:
         # (the frequent kinds are tested first)
         if type(msg) is Executed:
-            self._answer(msg.call_id, msg, msg.error)
+            self.on_executed(msg)
         elif type(msg) is Send:
             self._on_send(msg.key, msg.response, msg.flags)
         elif type(msg) is Bls:
