@@ -136,7 +136,7 @@ class WorkerRequests(Instance):
         after it) does."""
         keys = self._batch_keys.pop(msg.call_id, None)
         if keys is not None and msg.error is None and msg.responses is not None:
-            self._deliver(keys, msg.responses, msg.rescheduled)
+            self._deliver(keys, msg.responses, msg.rescheduled, msg.direct)
         self._answer(msg.call_id, msg, msg.error)
 
     def _finished(self, batch: list[RequestContext]) -> None:
@@ -158,16 +158,23 @@ class WorkerRequests(Instance):
         return [ctx for ctx in (live.get(k) for k in keys) if ctx is not None]
 
     def _deliver(
-        self, keys: list[int], results: list[Response | None], again: tuple[int, ...]
+        self,
+        keys: list[int],
+        results: list[Response | None],
+        again: tuple[int, ...],
+        direct: tuple[int, ...] = (),
     ) -> None:
         """One response (or none yet) per request; ``again``: the requests (indices) the
-        model rescheduled."""
-        for key, result in zip(keys, results, strict=False):
+        model rescheduled; ``direct``: those whose response the worker sent to their BLS
+        caller itself (only the outcome is here)."""
+        for i, (key, result) in enumerate(zip(keys, results, strict=False)):
             ctx = self._live.get(key)
             if ctx is None:
                 continue
             if result is not None:
-                ctx.send(self._unpack_response(ctx, result, final=True))
+                resp = self._unpack_response(ctx, result, final=True)
+                resp.delivered = i in direct
+                ctx.send(resp)
             # A request not answered yet stays live: its response sender may still answer.
             if ctx.done:
                 self._live.pop(key, None)
@@ -196,7 +203,7 @@ class WorkerRequests(Instance):
         if msg.error is not None:
             self._fail(keys, ModelyardError(*msg.error))
         else:
-            self._deliver(keys, msg.responses or [], msg.rescheduled)
+            self._deliver(keys, msg.responses or [], msg.rescheduled, msg.direct)
 
     def _pack_request(self, key: int, ctx: RequestContext) -> RequestItem:
         return packing.pack_request(
