@@ -295,8 +295,8 @@ def test_an_async_exec_callee_that_waits_does_not_hold_up_the_server(
     # callee is quick, then takes 20 ms once (inline: it held the loop that long), is quick
     # again, then waits for the test's gate: the server must answer meanwhile.
     def relay(client: httpclient.InferenceServerClient, **params: Any) -> np.ndarray:
-        res = client.infer("bls_async_relay", [http_input("INPUT0", X, "FP32")],
-                           parameters={"model": "bls_slow", **params})  # fmt: skip
+        inputs = [http_input("INPUT0", X, "FP32")]
+        res = client.infer("bls_async_relay", inputs, parameters={"model": "bls_slow", **params})
         out: np.ndarray = res.as_numpy("OUTPUT0")
         return out
 

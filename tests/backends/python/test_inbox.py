@@ -4,6 +4,9 @@ datagram, decoded as the server's frames are; what cannot go that way reports so
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -55,3 +58,14 @@ def test_inbox_paths_live_in_one_private_folder() -> None:
     folder = Path(path).parent
     assert folder.stat().st_mode & 0o777 == 0o700
     assert inbox.inbox_path("13") == str(folder / "13")
+
+
+def test_a_killed_servers_inbox_folder_is_swept(tmp_path: Path) -> None:
+    code = "import os; print(os.getpid())"
+    dead = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    left = Path(tempfile.gettempdir()) / f"modelyard-inbox-{dead.stdout.strip()}-test"
+    left.mkdir()
+    (left / "3").touch()
+    inbox._sweep()
+    assert not left.exists()
+    assert Path(inbox.inbox_path("1")).parent.exists()  # this process's own folder stays

@@ -29,20 +29,47 @@ _folder: str | None = None
 _folder_lock = threading.Lock()
 
 
+_PREFIX = "modelyard-inbox-"
+
+
 def inbox_folder() -> str | None:
     """The server process's private folder for its workers' inboxes (made on first use,
-    removed at exit); None when sockets cannot live there."""
+    removed at exit, or by the next server when this one was killed); None when sockets
+    cannot live there."""
     global _folder
     with _folder_lock:
         if _folder is None:
+            _sweep()
             try:
-                _folder = tempfile.mkdtemp(prefix="modelyard-")  # mode 0700
+                _folder = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")  # mode 0700
             except OSError:
                 return None
             import atexit
 
             atexit.register(shutil.rmtree, _folder, True)
         return _folder
+
+
+def _sweep() -> None:
+    """Remove the inbox folders of servers that are gone."""
+    root = tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(root):
+            if not name.startswith(_PREFIX):
+                continue
+            pid = name[len(_PREFIX) :].partition("-")[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's process
+    return True
 
 
 def inbox_path(name: str) -> str:
