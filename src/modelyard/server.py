@@ -106,7 +106,12 @@ async def run_server(args: argparse.Namespace, fe: FrontendOptions) -> int:
 
             frontends.append(
                 await start_http_server(
-                    core, args.http_address, args.http_port, fe.http_limits, fe.http_restrictions
+                    core,
+                    args.http_address,
+                    args.http_port,
+                    fe.http_limits,
+                    fe.http_restrictions,
+                    fe.dashboard,
                 )
             )
         if args.allow_metrics:

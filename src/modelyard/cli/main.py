@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(s, "--allow-http", True, "serve HTTP/REST")
     _flag(s, "--allow-grpc", True, "serve gRPC")
     _flag(s, "--allow-metrics", True, "serve Prometheus metrics")
+    _flag(s, "--allow-dashboard", True, "serve the read-only dashboard at /dashboard (HTTP port)")
     _flag(
         s,
         "--allow-client-shm",
