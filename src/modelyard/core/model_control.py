@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -86,6 +87,8 @@ class ModelControl:
         # A reload keeps the old versions serving (and READY) until the new ones are up.
         if not entry.versions:
             entry.state, entry.reason = "LOADING", ""
+        log.info("loading: %s", name)
+        started = time.monotonic()
         try:
             core = cast("InferenceServer", self)  # (the base of InferenceServer only)
             versions = await load_model(name, str(location), self.options.load, core, override)
@@ -115,8 +118,9 @@ class ModelControl:
             attach_cache(mv, self.response_cache)
         entry.versions = {mv.version: mv for mv in versions}
         entry.state, entry.reason = "READY", ""
+        took = time.monotonic() - started
         for mv in versions:
-            log.info("successfully loaded '%s' version %d", name, mv.version)
+            log.info("successfully loaded '%s' version %d in %.2f s", name, mv.version, took)
         return old
 
     async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:

@@ -18,7 +18,11 @@ import threading
 from typing import Any, cast
 
 from modelyard.backends.python.protocol import framing, tensor_pool
-from modelyard.backends.python.protocol.error_text import batch_error, format_exception
+from modelyard.backends.python.protocol.error_text import (
+    batch_error,
+    format_exception,
+    format_import_error,
+)
 from modelyard.backends.python.protocol.messages import (
     AsyncExecuted,
     Autocomplete,
@@ -205,7 +209,10 @@ class Stub:
         version = os.path.basename(os.path.dirname(path))
         module_name = os.path.splitext(os.path.basename(path))[0]
         # The version folder is a namespace package, so `from . import x` works as in Triton.
-        module = importlib.import_module(f"{version}.{module_name}")
+        try:
+            module = importlib.import_module(f"{version}.{module_name}")
+        except BaseException as e:  # a syntax error, a missing module, any module-level raise
+            raise Failure(ErrorCode.INTERNAL, format_import_error(e)) from None
         cls = getattr(module, "TritonPythonModel", None)
         if cls is None:
             raise Failure(
