@@ -5,6 +5,7 @@
 
 const POLL_MS = 2000;
 const TRACES_SHOWN = 10;
+const TRACES_OPEN = 3;
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 function el(tag, attrs, ...children) {
@@ -204,7 +205,7 @@ function spanRows(trace) {
   return out;
 }
 
-function renderTrace(trace) {
+function renderTrace(trace, open) {
   const total = Math.max(1, trace.end_ns - trace.start_ns);
   const when = new Date(trace.start_ns / 1e6).toLocaleTimeString();
   const head = el("div", { class: "trace-head" },
@@ -214,9 +215,11 @@ function renderTrace(trace) {
     el("span", { class: "id" }, trace.trace_id),
   );
   if (trace.request_id) head.append(el("span", {}, "request " + trace.request_id));
-  const box = el("div", { class: "trace", "data-trace-id": trace.trace_id, "data-model": trace.model }, head);
+  const box = el("details", { class: "trace", "data-trace-id": trace.trace_id, "data-model": trace.model },
+    el("summary", {}, head));
+  if (open) box.open = true;
   for (const [s, depth] of spanRows(trace)) {
-    const kind = s.name === "compute" ? "compute" : s.model !== trace.model ? "bls" : "";
+    const kind = s.name === "compute" ? "compute" : s.model !== trace.model ? "child" : "";
     const left = ((s.start_ns - trace.start_ns) / total) * 100;
     const width = ((s.end_ns - s.start_ns) / total) * 100;
     const name = el("span", { class: "name" }, s.name + (s.model && s.name !== s.model ? ` (${s.model})` : ""));
@@ -237,7 +240,11 @@ function renderTraces(doc) {
   off.textContent = doc.tracing.on ? "" : "Tracing is off. " + doc.tracing.help;
   const shown = doc.traces.slice(0, TRACES_SHOWN);
   document.getElementById("traces-empty").hidden = !doc.tracing.on || shown.length > 0;
-  document.getElementById("traces").replaceChildren(...shown.map(renderTrace));
+  // The newest few open; a trace the user opened or closed keeps that state.
+  const was = {};
+  for (const d of document.querySelectorAll("#traces details")) was[d.dataset.traceId] = d.open;
+  document.getElementById("traces").replaceChildren(
+    ...shown.map((t, i) => renderTrace(t, was[t.trace_id] ?? i < TRACES_OPEN)));
 }
 
 // -- polling ------------------------------------------------------------------------------
