@@ -64,7 +64,7 @@ function renderModels(doc) {
     const state = m.state || "";
     const row = el("tr", { "data-model": m.name, "data-version": m.version || "" });
     const batches = live
-      ? Object.entries(live.batches).map(([size, n]) => `${size}×${n}`).join(" ") || "–"
+      ? Object.entries(live.batches).map(([size, n]) => `${size}: ${n}`).join(", ") || "–"
       : "";
     const errors = live ? String(live.errors) : "";
     row.append(
