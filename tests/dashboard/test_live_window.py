@@ -94,3 +94,14 @@ def test_model_stats_feed_the_window_and_keep_tritons_shape() -> None:
     assert (snap["requests"], snap["errors"], snap["batches"]) == (1, 1, {"1": 1})
     assert snap["p50_us"] == pytest.approx(1000, rel=0.07)
     assert snap["queue_us"] == pytest.approx(10.0)
+
+
+def test_two_buckets_of_one_second_are_merged() -> None:
+    """Two threads rolling over at once may each start a bucket for the same second."""
+    w = LiveWindow()
+    w.success(T0 - 1000, 0, 0, T0)
+    w._cur = type(w._cur)(-1)  # as if another thread had rolled over meanwhile
+    w.success(T0 - 1000, 0, 0, T0 + 1)
+    w.failure(T0 + 2)
+    snap = w.snapshot(T0 + 3)
+    assert (snap["requests"], snap["errors"], snap["series"]["requests"][-1]) == (2, 1, 2)

@@ -101,26 +101,33 @@ class LiveWindow:
         sec = now // _NS
         # Copies first: recording may go on in other threads (list() of a deque and dict()
         # of a dict are single operations under the GIL).
-        seen = {s.sec: (s, dict(s.hist)) for s in list(self._seconds) if s.sec <= sec}
+        # Two threads rolling over at once may have made two buckets for one second: each
+        # second's buckets are merged.
+        seen: dict[int, list[_Second]] = {}
+        for s in list(self._seconds):
+            if s.sec <= sec:
+                seen.setdefault(s.sec, []).append(s)
         series: dict[str, list[float]] = {"requests": [], "errors": [], "p99_us": []}
         hist: dict[int, int] = {}
         batches: dict[int, int] = {}
         errors = queue_n = queue_ns = 0
         for t in range(sec - WINDOW_S + 1, sec + 1):
-            s, h = seen.get(t, (None, {}))
+            h: dict[int, int] = {}
+            errs = 0
+            for s in seen.get(t, ()):
+                _add(h, dict(s.hist))
+                errs += s.errors
+                if t > sec - SUMMARY_S:
+                    _add(batches, dict(s.batches))
+                    queue_n += s.queue_n
+                    queue_ns += s.queue_ns
             n = sum(h.values())
             series["requests"].append(n)
-            series["errors"].append(s.errors if s else 0)
+            series["errors"].append(errs)
             series["p99_us"].append(_percentile(h, n, 0.99))
-            if s is None or t <= sec - SUMMARY_S:
-                continue
-            for k, v in h.items():
-                hist[k] = hist.get(k, 0) + v
-            for k, v in dict(s.batches).items():
-                batches[k] = batches.get(k, 0) + v
-            errors += s.errors
-            queue_n += s.queue_n
-            queue_ns += s.queue_ns
+            if t > sec - SUMMARY_S:
+                _add(hist, h)
+                errors += errs
         requests = sum(hist.values())
         # The summary's span so far: SUMMARY_S - 1 whole seconds and what passed of this one.
         span_s = SUMMARY_S - 1 + (now % _NS) / _NS
@@ -135,6 +142,11 @@ class LiveWindow:
             "batches": {str(k): v for k, v in sorted(batches.items())},
             "series": series,
         }
+
+
+def _add(into: dict[int, int], counts: dict[int, int]) -> None:
+    for k, v in counts.items():
+        into[k] = into.get(k, 0) + v
 
 
 def _percentile(hist: dict[int, int], total: int, q: float) -> float:
