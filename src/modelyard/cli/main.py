@@ -9,6 +9,7 @@ from collections.abc import MutableMapping, Sequence
 
 from modelyard.bench.args import add_parser as add_bench_parser
 from modelyard.cli.frontend_flags import add_frontend_flags
+from modelyard.cli.ray_flags import add_ray_flags
 from modelyard.heap import DEFAULT_RETAIN_MB
 
 # gRPC settings read from the environment when grpc is first imported, so set before that.
@@ -190,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="append the log to this file instead of stderr",
     )
     s.add_argument("--id", default="triton", help="server id reported in server metadata")
+    add_ray_flags(s)
     add_bench_parser(sub)
     return parser
 
