@@ -83,10 +83,9 @@ async def test_a_hung_model_is_cut_off_at_the_exit_timeout(
             hung = asyncio.ensure_future(_outcome(client, -1, "hung"))
             await _until("the hung request to run", (folder / "started").exists)
             waiting = [asyncio.ensure_future(_outcome(client, 1, f"waits{i}")) for i in range(2)]
-            # Both are in the server: in process mode the first to come is staged in the busy
-            # worker (it leaves the server's queue), the other queues.
-            queued = 1 if mode == "process" else 2
-            await _until("the two requests to queue", lambda: _pending(server) == queued)
+            # Both are pending (in process mode the first to come is staged in the busy worker:
+            # it has not started, so Triton's gauge counts it).
+            await _until("the two requests to queue", lambda: _pending(server) == 2)
             server.proc.send_signal(signal.SIGTERM)
             await _until("the drain to start", lambda: "Waiting for in-flight" in server.output())
             late = await _outcome(client, 1, "late")
@@ -108,8 +107,7 @@ async def test_a_hung_model_is_cut_off_at_the_exit_timeout(
 
 
 def _pending(server: ServerProcess) -> int:
-    """nv_inference_pending_request_count of the model: requests queued in the server (one
-    staged in a busy worker has left that queue)."""
+    """nv_inference_pending_request_count of the model: requests waiting to start."""
     text = read_metrics(server.metrics_url)
     return int(metric_value(text, "nv_inference_pending_request_count", model="gated") or 0)
 

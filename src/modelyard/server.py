@@ -20,6 +20,7 @@ from modelyard.core.options import ServerOptions
 from modelyard.fdlimit import raise_fd_limit
 from modelyard.frontends.options import FrontendOptions, frontend_options
 from modelyard.heap import retain_freed_memory
+from modelyard.tracing.config import TraceConfig, TraceConfigError, parse_trace_config
 
 log = logging.getLogger("modelyard")
 
@@ -37,6 +38,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         load_threads=args.model_load_thread_count,
         allow_client_shm=args.allow_client_shm,
         cache_bytes=_cache_bytes(args.cache_config),
+        trace=_trace_config(args.trace_config),
         load=LoadOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             backend_settings=parse_backend_config(args.backend_config),
@@ -50,6 +52,13 @@ def _cache_bytes(items: list[str]) -> int:
     try:
         return parse_cache_config(items)
     except ValueError as e:
+        raise SystemExit(str(e)) from None
+
+
+def _trace_config(items: list[str]) -> TraceConfig:
+    try:
+        return parse_trace_config(items)
+    except TraceConfigError as e:
         raise SystemExit(str(e)) from None
 
 
@@ -70,57 +79,196 @@ def _setup_logging(args: argparse.Namespace) -> None:
         raise SystemExit(f"--log-file: cannot open '{args.log_file}': {e.strerror}") from None
 
 
-async def run_server(args: argparse.Namespace, fe: FrontendOptions) -> int:
-    core = InferenceServer(options_from_args(args))
-    failed = await core.start()
-    if failed and args.exit_on_error:
-        log.error("failed to load all models: %s", ", ".join(failed))
-        await core.stop()
-        return 1
+async def start_frontends(
+    core: InferenceServer, args: argparse.Namespace, fe: FrontendOptions
+) -> list[Any]:
+    """Bind and start the endpoints the flags ask for (before any model loads: they answer
+    live while models load, and a port that cannot be had stops the start at once). Raises
+    FrontendError, one line naming the endpoint, address and cause; nothing stays bound."""
+    _check_ports(args)
     frontends: list[Any] = []
     try:
         if args.allow_grpc:
             from modelyard.frontends.grpc.server import start_grpc_server
 
             frontends.append(
-                await start_grpc_server(
-                    core, args.grpc_address, args.grpc_port, fe.grpc_restrictions
+                await _bind(
+                    "gRPC service",
+                    args.grpc_address,
+                    args.grpc_port,
+                    start_grpc_server(
+                        core, args.grpc_address, args.grpc_port, fe.grpc_restrictions
+                    ),
                 )
             )
         if args.allow_http:
             from modelyard.frontends.http.server import start_http_server
 
-            frontends.append(
-                await start_http_server(
-                    core, args.http_address, args.http_port, fe.http_limits, fe.http_restrictions
-                )
+            http = start_http_server(
+                core, args.http_address, args.http_port, fe.http_limits, fe.http_restrictions
             )
+            frontends.append(await _bind("HTTP service", args.http_address, args.http_port, http))
         if args.allow_metrics:
             from modelyard.metrics.server import start_metrics_server
 
+            metrics = start_metrics_server(core, args.metrics_address, args.metrics_port)
             frontends.append(
-                await start_metrics_server(core, args.metrics_address, args.metrics_port)
+                await _bind("metrics service", args.metrics_address, args.metrics_port, metrics)
             )
+    except BaseException:
+        for frontend in frontends:
+            await _close(frontend, 0.0)
+        raise
+    return frontends
+
+
+class FrontendError(Exception):
+    """An endpoint could not be started (its port is taken, its address is not ours...)."""
+
+
+async def _bind(what: str, host: str, port: int, start: Any) -> Any:
+    try:
+        return await start
     except OSError as e:
-        log.error("failed to start a frontend: %s", e)
-        for fe in frontends:
-            await _close(fe, 0.0)
-        await core.stop()
+        raise FrontendError(
+            f"failed to start a frontend: the {what} cannot listen on {host}:{port}: "
+            f"{_bind_problem(host, port, e)}"
+        ) from None
+
+
+def _check_ports(args: argparse.Namespace) -> None:
+    """A port another process listens on stops the start before anything binds (gRPC would
+    print lines of its own first)."""
+    for what, flag in (
+        ("gRPC service", "grpc"),
+        ("HTTP service", "http"),
+        ("metrics service", "metrics"),
+    ):
+        host, port = getattr(args, f"{flag}_address"), getattr(args, f"{flag}_port")
+        if getattr(args, f"allow_{flag}") and port:
+            problem = _probe(host, port)
+            if problem is not None:
+                raise FrontendError(
+                    f"failed to start a frontend: the {what} cannot listen on {host}:{port}: "
+                    f"{_words(problem)}"
+                )
+
+
+def _probe(host: str, port: int) -> OSError | None:
+    """Bind ``host:port`` as the servers do (SO_REUSEADDR: only a listener holds it)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except OSError as e:
+        return e
+    for family, kind, proto, _name, address in infos:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+        except OSError as e:
+            return e
+    return None
+
+
+def _bind_problem(host: str, port: int, error: OSError) -> str:
+    """Why ``host:port`` cannot be bound, in a few words (gRPC's own error does not say)."""
+    if error.errno is None and port:
+        error = _probe(host, port) or error
+    return _words(error)
+
+
+def _words(error: OSError) -> str:
+    import errno
+
+    if error.errno == errno.EADDRINUSE:
+        return "address already in use"
+    return error.strerror or str(error)
+
+
+def missing_repositories(paths: list[str]) -> list[str]:
+    """One line for each ``--model-repository`` that is not a folder."""
+    out = []
+    for path in paths:
+        if not os.path.exists(path):
+            out.append(f"model repository '{path}' does not exist")
+        elif not os.path.isdir(path):
+            out.append(f"model repository '{path}' is not a folder")
+    return out
+
+
+INITIAL_LOAD_DONE = logs.INITIAL_LOAD_DONE  # the line tests and tools wait for
+
+
+async def run_server(
+    args: argparse.Namespace, fe: FrontendOptions, setup: Any | None = None
+) -> int:
+    """Serve until SIGINT/SIGTERM: the endpoints first (live, not ready), then the models,
+    then the ready server; then the ordered shutdown. ``setup(core)``, when given, runs once
+    the models are loaded (the dev server starts watching there) and may return an object
+    with an async ``close()``, closed before the shutdown."""
+    core = InferenceServer(options_from_args(args))
+    try:
+        core.tracer.start()  # (the exporter's settings, checked before anything binds)
+    except ValueError as e:
+        log.error("%s", e)
+        return 1
+    try:
+        frontends = await start_frontends(core, args, fe)
+    except FrontendError as e:
+        log.error("%s", e)
         return 1
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    started = time.monotonic()
+    loading = asyncio.ensure_future(core.start())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({loading, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    extra = None
+    interrupted = not loading.done()
+    if interrupted:
+        log.info("stopping while the models load")
+        _start_backstop(args.exit_timeout_secs + BACKSTOP_GRACE_S)
+        loading.cancel()
+        await asyncio.gather(loading, return_exceptions=True)
+    else:
+        failed = loading.result()
+        ready = sum(1 for e in core.registry.entries.values() if e.versions)
+        log.info(
+            "%s in %.2f s: %d model(s) ready, %d failed%s",
+            INITIAL_LOAD_DONE,
+            time.monotonic() - started,
+            ready,
+            len(failed),
+            f" ({', '.join(failed)})" if failed else "",
+        )
+        if failed and args.exit_on_error:
+            log.error("failed to load all models: %s", ", ".join(failed))
+            stop.set()
+            code = 1
+        elif setup is not None:
+            extra = await setup(core)
+        await stop.wait()
+    stopped.cancel()
+    if extra is not None:
+        await extra.close()
     log.info("shutting down: draining in-flight requests (up to %g s)", args.exit_timeout_secs)
-    _start_backstop(args.exit_timeout_secs + BACKSTOP_GRACE_S)
+    if not interrupted:
+        _start_backstop(args.exit_timeout_secs + BACKSTOP_GRACE_S)
     # Ordered shutdown: the models drain (new requests refused) and finalize within the exit
     # timeout, or are cut off; then the connections close (every request has its answer).
     clean = await core.stop()
-    for fe in frontends:
-        await _close(fe, 1.0)
-    return 0 if clean else 1
+    for frontend in frontends:
+        await _close(frontend, 1.0)
+    log.info("stopped")
+    return code or (0 if clean else 1)
 
 
 # Past the exit timeout, shutdown itself (cutting off, closing connections) takes a second or
@@ -148,10 +296,16 @@ async def _close(frontend: Any, grace: float) -> None:
         log.debug("closing %s: %s", frontend, e)
 
 
-def serve(args: argparse.Namespace) -> int:
+def serve(args: argparse.Namespace, setup: Any | None = None) -> int:
+    """``modelyard serve`` (``setup``: see run_server)."""
     _setup_logging(args)
     if args.heap_retain_mb < 0:
         raise SystemExit(f"--heap-retain-mb must be 0 or more, got {args.heap_retain_mb}")
+    problems = missing_repositories(args.model_repository)
+    if problems:
+        for problem in problems:
+            log.error("%s", problem)
+        return 1
     retain_freed_memory(args.heap_retain_mb << 20)
     fe = frontend_options(args, raise_fd_limit())
     loop = os.environ.get("MODELYARD_EVENT_LOOP", "uvloop")
@@ -168,9 +322,9 @@ def serve(args: argparse.Namespace) -> int:
     elif loop == "uvloop":
         import uvloop
 
-        code = uvloop.run(run_server(args, fe))
+        code = uvloop.run(run_server(args, fe, setup))
     else:
-        code = asyncio.run(run_server(args, fe))
+        code = asyncio.run(run_server(args, fe, setup))
     if code:
         # Cut off at the exit timeout: a model thread (in-process mode) may still hang in
         # execute or finalize, and the interpreter would wait for it at exit.

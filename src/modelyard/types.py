@@ -150,6 +150,9 @@ class InferRequest:
     # tensor name): a Python worker maps those regions itself instead of copying.
     shm_inputs: dict[str, Any] | None = None
     shm_outputs: dict[str, Any] | None = None
+    # Tracing (modelyard.tracing): the sampled trace of a client request (frontends), or
+    # where a request a traced request makes hangs (BLS calls, ensemble steps). None: untraced.
+    trace: Any = None
 
 
 @dataclass(slots=True)

@@ -196,7 +196,7 @@ async def _started(gate: Path) -> None:
 
 
 def _pending(server: ServerProcess, model: str) -> float | None:
-    """Requests waiting in the server's queue for ``model`` (not those staged in the worker)."""
+    """Requests of ``model`` waiting to run: queued in the server or staged in the worker."""
     text = read_metrics(server.metrics_url)
     return metric_value(text, "nv_inference_pending_request_count", model=model)
 
@@ -216,7 +216,7 @@ async def test_staged_requests_are_timed_as_queued_not_as_computing(
         await _started(gate)
         rest = [asyncio.ensure_future(_infer(client, "stage_probe", f"s{i}", 100))
                 for i in range(1, 6)]  # fmt: skip
-        await wait_until_async(lambda: _pending(server, "stage_probe") == 4,
+        await wait_until_async(lambda: _pending(server, "stage_probe") == 5,
                                what="four requests queued, one staged")  # fmt: skip
         opened = time.monotonic()
         gate.touch()
@@ -291,7 +291,7 @@ async def test_a_worker_that_dies_fails_its_running_and_staged_requests_only(
         try:
             await _started(gate)
             later = [asyncio.ensure_future(_infer(client, model, rid, 0)) for rid in ("a", "b")]
-            await wait_until_async(lambda: _pending(server, model) == 1,
+            await wait_until_async(lambda: _pending(server, model) == 2,
                                    what="one request staged, one queued")  # fmt: skip
         finally:
             gate.touch()

@@ -65,7 +65,28 @@ def _flag(p: argparse.ArgumentParser, name: str, default: bool, help: str) -> No
     )
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows each default once: a help text that already names its default keeps its own
+    words; others get "(default: X)" where there is a default worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "(default" in text
+            or not action.option_strings
+            or default is None
+            or default is argparse.SUPPRESS
+            or default is False
+            or default == []
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    import modelyard
+
     parser = argparse.ArgumentParser(
         prog="modelyard",
         description=(
@@ -73,12 +94,55 @@ def build_parser() -> argparse.ArgumentParser:
             "Triton's HTTP and gRPC protocol."
         ),
     )
+    parser.add_argument("--version", action="version", version=f"modelyard {modelyard.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser(
-        "serve",
-        help="run the inference server",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    s = sub.add_parser("serve", help="run the inference server", formatter_class=_HelpFormatter)
+    add_serve_flags(s)
+    add_ray_flags(s)  # (not dev's: the dev server is one process)
+    d = sub.add_parser(
+        "dev",
+        help="serve a repository in-process and reload the models you edit",
+        description="Serve REPOSITORY in this process (so breakpoint() and debuggers stop in "
+        "execute), watch it, and reload each model whose files change; a broken edit keeps "
+        "the last good version serving. Takes serve's flags.",
+        formatter_class=_HelpFormatter,
     )
+    d.add_argument("repository", metavar="REPOSITORY", help="the model repository to serve")
+    add_serve_flags(d, repository_required=False)
+    c = sub.add_parser(
+        "check",
+        help="check that every model of a repository would load",
+        description="Check every model of REPOSITORY as loading would: config parsing, "
+        "normalisation and validation, auto-complete, and model.py imported in a separate "
+        "process (initialize and finalize too with --load). One line per model; the exit "
+        "code is 1 when any model is broken.",
+        formatter_class=_HelpFormatter,
+    )
+    c.add_argument("repository", metavar="REPOSITORY", help="the model repository to check")
+    c.add_argument(
+        "--load",
+        action="store_true",
+        help="also load each model (its initialize runs, then finalize)",
+    )
+    c.add_argument(
+        "--backend-config",
+        action="append",
+        default=[],
+        metavar="BACKEND,KEY=VALUE",
+        help="backend setting, as serve takes it; repeatable",
+    )
+    c.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print the server's log (to stderr) while checking",
+    )
+    add_bench_parser(sub)
+    return parser
+
+
+def add_serve_flags(s: argparse.ArgumentParser, repository_required: bool = True) -> None:
+    """``serve``'s flags (``dev`` takes them too, its repository as an argument)."""
     s.add_argument(
         "--model-repository",
         "--model-store",
@@ -86,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         dest="model_repository",
         metavar="PATH",
-        required=True,
+        required=repository_required,
         help="model repository folder; repeat for several",
     )
     s.add_argument("--http-port", type=int, default=8000, help="HTTP port (0 picks a free one)")
@@ -112,6 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CACHE,KEY=VALUE",
         help="response cache, Triton's syntax: local,size=BYTES enables an LRU "
         "cache for models with response_cache { enable: true }",
+    )
+    s.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[MODE,]SETTING=VALUE",
+        help="tracing, Triton's syntax (repeatable): level=TIMESTAMPS|TENSORS|OFF, rate=N, "
+        "count=N, mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; "
+        "opentelemetry,url=HOST:PORT/v1/traces, opentelemetry,resource=KEY=VALUE, "
+        "opentelemetry,bsp_max_queue_size|bsp_schedule_delay|bsp_max_export_batch_size=N",
     )
     s.add_argument(
         "--model-control-mode",
@@ -191,9 +265,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="append the log to this file instead of stderr",
     )
     s.add_argument("--id", default="triton", help="server id reported in server metadata")
-    add_ray_flags(s)
-    add_bench_parser(sub)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -203,6 +274,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         from modelyard.server import serve
 
         sys.exit(serve(args))
+    if args.command == "dev":
+        apply_grpc_environment(os.environ)
+        from modelyard.dev import run_dev
+
+        sys.exit(run_dev(args))
+    if args.command == "check":
+        from modelyard.check import run_check
+
+        sys.exit(run_check(args))
     if args.command == "bench":
         from modelyard.bench.runner import run
 

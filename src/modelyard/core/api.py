@@ -17,8 +17,8 @@ from modelyard.core.model_version import ModelVersion
 from modelyard.core.options import ServerOptions, parse_version
 from modelyard.core.registry import ModelRegistry
 from modelyard.core.response_cache import ResponseCache
-from modelyard.core.settings import LogSettings, TraceSettings
-from modelyard.core.shutdown import stop_all
+from modelyard.core.settings import LogSettings
+from modelyard.core.shutdown import stop_all, wait_retiring
 from modelyard.core.validation import validate
 from modelyard.errors import (
     InvalidArgument,
@@ -28,6 +28,7 @@ from modelyard.errors import (
 )
 from modelyard.serving.context import RequestContext
 from modelyard.serving.shm_regions import SharedMemoryManager, uses_shared_memory
+from modelyard.tracing.tracer import Tracer
 from modelyard.types import InferRequest, InferResponse
 
 log = logging.getLogger("modelyard")
@@ -57,10 +58,15 @@ class InferenceServer(ModelControl):
     def __init__(self, options: ServerOptions):
         self.options = options
         self.registry = ModelRegistry(options.repositories)
+        # Tracing: settings, sampling, sinks; the last finished traces and the BLS call graph
+        # (what the dashboard reads).
+        self.tracer = Tracer(options.trace)
+        self.traces = self.tracer.recent
+        self.call_graph = self.tracer.call_graph
         self.host = CoreHost(self)  # what the backends get of the core
         self.log_settings = LogSettings()
-        self.trace_settings = TraceSettings()
         self.loads = ModelLoads(options.load_threads)
+        self.retiring = {}
         self.poller: Any = None  # RepositoryPoller in poll mode
         self._live = True
         self._started = False
@@ -71,7 +77,9 @@ class InferenceServer(ModelControl):
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> list[str]:
-        """Load the models the control mode asks for; return the names that failed."""
+        """Load the models the control mode asks for; return the names that failed.
+        ValueError: the trace exporter cannot be set up."""
+        self.tracer.start()
         self.registry.scan()
         mode = self.options.control_mode
         if mode == "explicit":
@@ -104,10 +112,15 @@ class InferenceServer(ModelControl):
         if self.poller is not None:
             await self.poller.stop()
         versions = [mv for e in self.registry.entries.values() for mv in e.versions.values()]
-        clean = await stop_all(versions, self.options.exit_timeout)
+        timeout = self.options.exit_timeout
+        clean, retired = await asyncio.gather(
+            stop_all(versions, timeout), wait_retiring(self.retiring, timeout)
+        )
+        clean = clean and retired
         self._live = False
         self.loads.release_all()
         self.shared_memory.close()
+        self.tracer.close()
         return clean
 
     # -- health and metadata -----------------------------------------------------------------
@@ -208,6 +221,10 @@ class InferenceServer(ModelControl):
         )
         ctx.stats = mv.stats
         ctx.t_received = time.monotonic_ns()
+        if request.trace is not None:
+            ctx.trace = request.trace.start_request(
+                request, mv.version, mv.decoupled, mv.platform != "ensemble"
+            )
         return mv, ctx
 
     async def infer(self, request: InferRequest) -> InferResponse:
@@ -221,11 +238,16 @@ class InferenceServer(ModelControl):
 
         shm_out = self.shared_memory.bind(request) if uses_shared_memory(request) else None
         mv, ctx = self._prepare(request, on_response)
-        if mv.decoupled:
-            raise Unsupported(
-                "ModelInfer RPC doesn't support models with decoupled transaction policy"
-            )
-        mv.scheduler.submit(ctx)
+        try:
+            if mv.decoupled:
+                raise Unsupported(
+                    "ModelInfer RPC doesn't support models with decoupled transaction policy"
+                )
+            mv.scheduler.submit(ctx)
+        except BaseException:
+            if ctx.trace is not None:
+                ctx.trace.abandon()
+            raise
         try:
             resp = await fut
         except asyncio.CancelledError:
@@ -259,9 +281,16 @@ class InferenceServer(ModelControl):
                 mv.scheduler.submit(ctx)
             except BaseException:
                 release(ctx)
+                if ctx.trace is not None:
+                    ctx.trace.abandon()
                 raise
             return ctx
-        mv.scheduler.submit(ctx)
+        try:
+            mv.scheduler.submit(ctx)
+        except BaseException:
+            if ctx.trace is not None:
+                ctx.trace.abandon()
+            raise
         return ctx
 
     async def infer_stream_one(
@@ -286,7 +315,12 @@ class InferenceServer(ModelControl):
         queue: asyncio.Queue[InferResponse] = asyncio.Queue()
         shm_out = self.shared_memory.bind(request) if uses_shared_memory(request) else None
         mv, ctx = self._prepare(request, queue.put_nowait, chain)
-        mv.scheduler.submit(ctx)
+        try:
+            mv.scheduler.submit(ctx)
+        except BaseException:
+            if ctx.trace is not None:
+                ctx.trace.abandon()
+            raise
         try:
             while True:
                 resp = await queue.get()
@@ -351,12 +385,14 @@ class InferenceServer(ModelControl):
     def get_trace_settings(self, model: str = "") -> dict[str, Any]:
         if model and model not in self.registry.entries:
             raise InvalidArgument(f"Request for unknown model : {model}")
-        return self.trace_settings.get(model)
+        return self.tracer.get_settings(model)
 
     def update_trace_settings(self, model: str, settings: dict[str, Any]) -> dict[str, Any]:
+        """``settings``: parsed by ``modelyard.tracing.settings.parse_update`` (levels as
+        bits, numbers as ints, None to clear)."""
         if model and model not in self.registry.entries:
             raise InvalidArgument(f"Request for unknown model : {model}")
-        return self.trace_settings.update(model, settings)
+        return self.tracer.update_settings(model, settings)
 
 
 def _batch_of(request: InferRequest, mv: ModelVersion) -> int:

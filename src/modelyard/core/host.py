@@ -28,6 +28,7 @@ class CoreHost:
         self.is_decoupled = core.is_decoupled
         self.model_ready = core.model_ready
         self.check_model_ready = core.check_model_ready
+        self.tracer = core.tracer
 
     def run_direct(
         self,
@@ -54,6 +55,9 @@ class CoreHost:
             ctx = RequestContext(request, names, box.append, chain=chain)
             t0 = time.monotonic_ns()
             ctx.t_queued = ctx.t_start = t0
+            if request.trace is not None:  # a BLS call of a traced request
+                ctx.t_received = t0
+                ctx.trace = request.trace.start_request(request, mv.version, False, True)
             run(instance, ctx)
             t1 = time.monotonic_ns()
             if not box:  # answered through a response sender via the loop (rare)

@@ -12,6 +12,7 @@ from modelyard.backends.python.server.backend import (
     prepare_exec_env,
     run_auto_complete,
 )
+from modelyard.backends.python.server.exec_env import ExecEnv
 from modelyard.backends.python.server.process_instance import PythonWorker
 from modelyard.config import render
 from modelyard.config.normalize import normalize_config
@@ -29,6 +30,7 @@ from modelyard.scheduling.default import DefaultScheduler
 from modelyard.scheduling.dynamic import BatcherConfig, DynamicBatcher
 from modelyard.scheduling.iterative import IterativeSequenceBatcher
 from modelyard.scheduling.sequence import SequenceBatcher
+from modelyard.serving.host import ModelHost
 from modelyard.serving.stats import ModelStats
 
 if TYPE_CHECKING:
@@ -78,6 +80,57 @@ def read_config(name: str, model_dir: str, override: Any | None) -> Any:
     return cfg
 
 
+async def python_config(
+    name: str,
+    model_dir: str,
+    cfg: Any,
+    opts: LoadOptions,
+    host: ModelHost | None,
+    isolate: bool = False,
+) -> tuple[Any, list[int], ExecEnv | None, PythonWorker | None]:
+    """What loading makes of a Python model's config before any instance starts: normalized,
+    auto-completed by the model (``auto_complete_config``, in the worker that becomes the first
+    instance; ``isolate``: always in a worker process), normalized again and validated.
+    Returns the config, the versions to load, the model's environment and that worker. The
+    model's own failures (a ``model.py`` that does not import) raise VersionLoadError for the
+    latest version, as Triton reports them."""
+    py = opts.python
+    cfg = normalize_config(
+        cfg,
+        name,
+        model_dir=model_dir,
+        backend_default_max_batch_size=py.default_max_batch_size,
+        auto_complete=opts.auto_complete,
+    )
+    versions = select_versions(cfg, available_versions(model_dir))
+    env = await prepare_exec_env(cfg, model_dir, max(versions), py)
+    first: PythonWorker | None = None
+    if opts.auto_complete:
+        try:
+            cfg, first = await run_auto_complete(
+                cfg, model_dir, max(versions), py, host, env, isolate
+            )
+        except VersionLoadError:
+            raise
+        except ModelyardError as e:
+            raise VersionLoadError(max(versions), e.message, e.code) from None
+    try:
+        if opts.auto_complete:
+            cfg = normalize_config(
+                cfg,
+                name,
+                model_dir=model_dir,
+                backend_default_max_batch_size=py.default_max_batch_size,
+                auto_complete=True,
+            )
+        validate_config(cfg)
+    except BaseException:
+        if first is not None:
+            await first.stop()
+        raise
+    return cfg, versions, env, first
+
+
 async def load_model(
     name: str,
     model_dir: str,
@@ -96,37 +149,8 @@ async def load_model(
             f"model '{name}': backend '{cfg.backend or cfg.platform or 'unknown'}' is not supported"
             " by this server (supported: python, onnxruntime, pytorch)"
         )
+    cfg, versions, env, first = await python_config(name, model_dir, cfg, opts, core.host)
     py = opts.python
-    cfg = normalize_config(
-        cfg,
-        name,
-        model_dir=model_dir,
-        backend_default_max_batch_size=py.default_max_batch_size,
-        auto_complete=opts.auto_complete,
-    )
-    versions = select_versions(cfg, available_versions(model_dir))
-    env = await prepare_exec_env(cfg, model_dir, max(versions), py)
-    first: PythonWorker | None = None
-    if opts.auto_complete:
-        cfg, first = await run_auto_complete(cfg, model_dir, max(versions), py, core.host, env)
-        try:
-            cfg = normalize_config(
-                cfg,
-                name,
-                model_dir=model_dir,
-                backend_default_max_batch_size=py.default_max_batch_size,
-                auto_complete=True,
-            )
-        except BaseException:
-            if first is not None:
-                await first.stop()
-            raise
-    try:
-        validate_config(cfg)
-    except BaseException:
-        if first is not None:
-            await first.stop()
-        raise
     loaded: list[ModelVersion] = []
     try:
         for v in sorted(versions, reverse=True):

@@ -56,19 +56,18 @@ class ModelLoads:
             raise file_override.load_failed(name, file_override.CONFIG_REQUIRED)
         return file_override.materialise(name, files)
 
-    def adopt(self, name: str, model_dir: Path | None) -> None:
-        """A load of ``name`` succeeded from ``model_dir`` (None: from the repository); the
-        folder of the load it replaced is no longer needed."""
+    def adopt(self, name: str, model_dir: Path | None) -> Path | None:
+        """A load of ``name`` succeeded from ``model_dir`` (None: from the repository); return
+        the folder of the load it replaced, for removal once that load's versions are gone."""
         old = self._override_dirs.pop(name, None)
         if model_dir is not None:
             self._override_dirs[name] = model_dir
-        if old is not None and old != model_dir:
-            file_override.remove(old)
+        return old if old != model_dir else None
 
-    def release(self, name: str) -> None:
-        """``name`` was unloaded: its override folder goes."""
-        file_override.remove(self._override_dirs.pop(name, None))
+    def take(self, name: str) -> Path | None:
+        """``name`` is being unloaded: its override folder, for removal once it is gone."""
+        return self._override_dirs.pop(name, None)
 
     def release_all(self) -> None:
         for name in list(self._override_dirs):
-            self.release(name)
+            file_override.remove(self._override_dirs.pop(name, None))

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from modelyard.core.ensembles import EnsembleLoadError
@@ -37,6 +40,8 @@ class ModelControl:
     loads: ModelLoads
     host: CoreHost
     response_cache: ResponseCache | None
+    # Replaced or unloaded versions still draining, by the task retiring them.
+    retiring: dict[asyncio.Future[None], list[ModelVersion]]
 
     async def _load(
         self,
@@ -64,10 +69,10 @@ class ModelControl:
                     ):
                         del self.registry.entries[name]  # no ghost of a model that never was
                     raise
-            # The new versions serve; the old ones drain their requests, then finalize (no
-            # load slot held meanwhile).
-            await asyncio.gather(*(mv.stop(self.options.exit_timeout) for mv in old.values()))
-            self.loads.adopt(name, model_dir)
+            replaced_dir = self.loads.adopt(name, model_dir)
+        # The new versions serve; the old ones drain their requests, then finalize, holding
+        # neither a load slot nor the model's lock.
+        await self._retire(list(old.values()), replaced_dir, from_model)
 
     async def _load_locked(
         self, name: str, override: Any | None, model_dir: Any
@@ -82,6 +87,8 @@ class ModelControl:
         # A reload keeps the old versions serving (and READY) until the new ones are up.
         if not entry.versions:
             entry.state, entry.reason = "LOADING", ""
+        log.info("loading: %s", name)
+        started = time.monotonic()
         try:
             versions = await self._load_versions(name, str(location), override)
         except EnsembleLoadError as e:
@@ -110,8 +117,9 @@ class ModelControl:
             attach_cache(mv, self.response_cache)
         entry.versions = {mv.version: mv for mv in versions}
         entry.state, entry.reason = "READY", ""
+        took = time.monotonic() - started
         for mv in versions:
-            log.info("successfully loaded '%s' version %d", name, mv.version)
+            log.info("successfully loaded '%s' version %d in %.2f s", name, mv.version, took)
         return old
 
     async def _load_versions(
@@ -170,9 +178,9 @@ class ModelControl:
             names = [*dependents(name, configs), name]
         for n in names:
             async with self.loads.lock(n):
-                await self._unload(n)
+                await self._unload(n, from_model)
 
-    async def _unload(self, name: str) -> None:
+    async def _unload(self, name: str, from_model: bool = False) -> None:
         """Stop taking requests for ``name``, drain in-flight ones, then finalize."""
         entry = self.registry.entries.get(name)
         if entry is None:
@@ -185,6 +193,34 @@ class ModelControl:
         versions, entry.versions = entry.versions, {}
         entry.last_versions = sorted(versions)
         entry.state, entry.reason = "UNLOADING", ""
-        await asyncio.gather(*(mv.stop(self.options.exit_timeout) for mv in versions.values()))
-        entry.state, entry.reason = "UNAVAILABLE", "unloaded"
-        self.loads.release(name)
+
+        def unloaded() -> None:
+            if not entry.versions:  # (not loaded again meanwhile)
+                entry.state, entry.reason = "UNAVAILABLE", "unloaded"
+
+        await self._retire(list(versions.values()), self.loads.take(name), from_model, unloaded)
+
+    async def _retire(
+        self,
+        versions: list[ModelVersion],
+        folder: Path | None,
+        from_model: bool,
+        then: Callable[[], None] | None = None,
+    ) -> None:
+        """Drain ``versions`` (no longer served), finalize them, remove their override
+        ``folder`` and call ``then``. A model's own control call does not wait for it: its
+        request may be among those draining (a model reloading or unloading itself from
+        execute), and Triton answers it once the new versions serve. Shutdown waits for
+        what is still retiring (core/shutdown.py)."""
+
+        async def retire() -> None:
+            await asyncio.gather(*(mv.stop(self.options.exit_timeout) for mv in versions))
+            remove_override(folder)
+            if then is not None:
+                then()
+
+        task = asyncio.ensure_future(retire())
+        self.retiring[task] = versions
+        task.add_done_callback(self.retiring.pop)
+        if not from_model:
+            await asyncio.shield(task)

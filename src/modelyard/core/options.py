@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from modelyard.core.model_version import LoadOptions
 from modelyard.errors import InvalidArgument
+from modelyard.tracing.config import TraceConfig
 
 
 @dataclass
@@ -23,6 +24,7 @@ class ServerOptions:
     load_threads: int = 4  # models loading at once (--model-load-thread-count)
     allow_client_shm: bool = True  # system shared-memory extension (--allow-client-shm)
     cache_bytes: int = 0  # local response cache size (--cache-config local,size=N); 0 = none
+    trace: TraceConfig = field(default_factory=TraceConfig)  # --trace-config
 
 
 def parse_version(version: str) -> int | None:

@@ -1,4 +1,4 @@
-"""Log and trace settings, as the logging and trace extensions expose them."""
+"""Log settings, as the logging extension exposes them (trace settings: modelyard.tracing)."""
 
 from __future__ import annotations
 
@@ -31,43 +31,3 @@ class LogSettings:
             if key == "log_format" and value not in ("default", "ISO8601"):
                 raise InvalidArgument(f"invalid log format '{value}'")
         logs.update(**settings)
-
-
-_TRACE_DEFAULTS: dict[str, Any] = {
-    "trace_level": ["OFF"],
-    "trace_rate": "1000",
-    "trace_count": "-1",
-    "log_frequency": "0",
-    "trace_file": "",
-    "trace_mode": "triton",
-}
-
-
-class TraceSettings:
-    """Stored and reported as Triton does; tracing itself is not collected."""
-
-    def __init__(self) -> None:
-        self.globals: dict[str, Any] = dict(_TRACE_DEFAULTS)
-        self.models: dict[str, dict[str, Any]] = {}
-
-    def get(self, model: str = "") -> dict[str, Any]:
-        return {**self.globals, **self.models.get(model, {})}
-
-    def update(self, model: str, settings: dict[str, Any]) -> dict[str, Any]:
-        target = self.models.setdefault(model, {}) if model else self.globals
-        for key, value in settings.items():
-            if key == "trace_file":
-                raise Unsupported("trace file location can not be updated through network protocol")
-            if key not in _TRACE_DEFAULTS:
-                raise InvalidArgument(f"unknown trace setting '{key}'")
-            if value is None:
-                if model:
-                    target.pop(key, None)
-                else:
-                    target[key] = _TRACE_DEFAULTS[key]
-            elif key == "trace_level":
-                levels = value if isinstance(value, list) else [value]
-                target[key] = [str(v) for v in levels]
-            else:
-                target[key] = str(value)
-        return self.get(model)

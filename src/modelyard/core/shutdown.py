@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from modelyard.errors import Cancelled, Unavailable
@@ -55,6 +55,24 @@ async def stop_all(versions: Sequence[ModelVersion], timeout: float) -> bool:
         timeout,
     )
     _cut_off(versions, [], timeout)
+    return False
+
+
+async def wait_retiring(
+    retiring: Mapping[asyncio.Future[None], Sequence[ModelVersion]], timeout: float
+) -> bool:
+    """Wait for the versions a reload or unload is still draining (core/model_control.py);
+    True when they finished within ``timeout``, else they are cut off like the others."""
+    if not retiring:
+        return True
+    tasks = dict(retiring)
+    _, pending = await asyncio.wait(tasks, timeout=max(0.0, timeout))
+    if not pending:
+        return True
+    late = [mv for task in pending for mv in tasks[task]]
+    for task in pending:
+        task.cancel()
+    _cut_off(late, late, timeout)
     return False
 
 

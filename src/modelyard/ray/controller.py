@@ -177,11 +177,11 @@ class ClusterCore(InferenceServer):
         self._publish()  # the new versions serve; the old ones drain
         return old
 
-    async def _unload(self, name: str) -> None:
+    async def _unload(self, name: str, from_model: bool = False) -> None:
         self._leaving.add(name)
         self._publish()
         try:
-            await super()._unload(name)
+            await super()._unload(name, from_model)
         finally:
             self._leaving.discard(name)
             self._publish()

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from typing import Any
 
 import ray
@@ -115,6 +116,7 @@ async def _serve(args: argparse.Namespace, fe: FrontendOptions, spec: ClusterSpe
     ).remote(spec)
     frontends: list[Any] = []
     try:
+        started = time.monotonic()
         failed = await controller.start.remote()
         if failed and args.exit_on_error:
             log.error("failed to load all models: %s", ", ".join(failed))
@@ -122,6 +124,14 @@ async def _serve(args: argparse.Namespace, fe: FrontendOptions, spec: ClusterSpe
         frontends = await _start_frontends(args, fe, spec, controller)
         if not frontends:
             return 1
+        # (on Ray the frontends start once the models are deployed: they mirror the table)
+        log.info(
+            "%s in %.2f s: %d failed%s",
+            logs.INITIAL_LOAD_DONE,
+            time.monotonic() - started,
+            len(failed),
+            f" ({', '.join(failed)})" if failed else "",
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -56,7 +56,12 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
 
     @property
     def pending(self) -> int:
-        return len(self._queue)
+        """Requests accepted and not yet running (Triton's pending count): those queued here
+        (less any cancelled meanwhile) and those staged in a busy worker."""
+        with self._lock:
+            queued = sum(1 for ctx in self._queue if not (ctx.cancelled or ctx.done))
+            staged = sum(load - 1 for load in self._load.values() if load > 1)
+        return queued + staged
 
     @property
     def inflight(self) -> int:

@@ -185,6 +185,7 @@ class _Run:
             flags=r.flags,
             priority=r.priority,
             timeout_us=r.timeout_us,
+            trace=None if self.ctx.trace is None else self.ctx.trace.step_link(),
         )
         key = self.keys = self.keys + 1
         self.running[key] = None

@@ -20,6 +20,7 @@ from modelyard.types import InferResponse as InferResponseCls
 
 if TYPE_CHECKING:
     from modelyard.serving.stats import ModelStats
+    from modelyard.tracing.trace import RequestTrace
     from modelyard.types import InferRequest, InferResponse
 
 log = logging.getLogger("modelyard")
@@ -60,6 +61,8 @@ class RequestContext:
     # Set by schedulers that can run a request again (iterative sequences): the model released
     # it with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE.
     reschedule: Callable[[RequestContext], None] | None = None
+    # The request's trace (modelyard.tracing.trace.RequestTrace) when it is traced.
+    trace: RequestTrace | None = None
 
     def cancel(self) -> None:
         """The client went away: the model's ``is_cancelled()`` turns true, and the BLS calls
@@ -104,6 +107,8 @@ class RequestContext:
     def send(self, response: InferResponse) -> None:
         if self.done:
             return
+        if self.trace is not None:
+            self.trace.on_response(self, response)
         if response.model_error:
             self.failed = True
         if response.final:

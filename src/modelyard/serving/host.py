@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 from modelyard.serving.context import RequestContext, ResponseCallback
+from modelyard.tracing.tracer import Tracer
 from modelyard.types import InferRequest, InferResponse
 
 
@@ -28,6 +29,11 @@ class ModelHost(Protocol):
     """What a backend needs of whoever hosts it (the core on one server, fakes in tests, a Ray
     cluster later). ``instance`` arguments are the backend's own Instance objects (typed
     loosely: this layer sits below the backends)."""
+
+    # The trace sink: BLS calls count in ``tracer.call_graph``; a traced request's calls and
+    # the spans its model opens join its trace (``InferRequest.trace``, ``ctx.trace``), and
+    # ``tracer.activate`` makes a span current for plain OpenTelemetry API calls.
+    tracer: Tracer
 
     def submit(
         self,
@@ -80,5 +86,3 @@ class ModelHost(Protocol):
     def log(self, record: ModelLogRecord) -> None:
         """A model's log line, at its file and line, by the server's log settings."""
         ...
-
-    # The trace sink joins here with tracing (issue 17).

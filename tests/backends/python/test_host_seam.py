@@ -19,6 +19,7 @@ from modelyard.backends.python.server.inprocess import InProcessInstance
 from modelyard.backends.python.server.process_instance import PythonWorker, WorkerSpec
 from modelyard.serving.context import RequestContext, ResponseCallback
 from modelyard.serving.host import ModelHost, ModelLogRecord
+from modelyard.tracing.tracer import Tracer
 from modelyard.types import InferRequest, InferResponse, Tensor
 
 MODEL = """
@@ -56,6 +57,7 @@ class FakeHost:
         self.direct_asked = 0
         self.ready_asked: list[str] = []
         self.logs: list[ModelLogRecord] = []
+        self.tracer = Tracer()  # tracing off: BLS calls still count in its call graph
 
     def submit(
         self,
@@ -161,3 +163,11 @@ async def test_a_backend_runs_on_a_fake_host(tmp_path: Path, mode: str) -> None:
     assert host.logs[0].filename == spec.model_file
     if mode == "in-process":
         assert host.direct_asked == 1  # the fast path was offered to the host first
+    # The call counts in the host's BLS call graph (caller model -> callee).
+    [edge] = host.tracer.call_graph.snapshot()
+    assert (edge["caller"], edge["callee"], edge["calls"], edge["errors"]) == (
+        spec.model_name,
+        "double",
+        1,
+        0,
+    )

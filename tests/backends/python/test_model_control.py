@@ -12,7 +12,7 @@ import tritonclient.http as httpclient
 
 from tests.backends.python.test_bls import TIMEOUT_S
 from tests.conftest import Serving
-from tests.helpers import MODES, grpc_input, http_input
+from tests.helpers import MODES, grpc_input, http_input, wait_until
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(90)
@@ -60,3 +60,26 @@ def test_model_names_are_checked_before_anything_loads(served: ServerProcess) ->
     text = control_http(served.http_url, "load:../escape")
     assert text.startswith("TritonModelException: Failed to load model: ")
     assert "'../escape'" in text
+
+
+def test_a_model_reloads_itself_from_execute(served: ServerProcess) -> None:
+    # The call returns once the new version serves: the old one drains afterwards, and the
+    # request making the call is one of those it drains (waiting for it would wait for itself).
+    assert control_http(served.http_url, "load:control_probe") == "ok"
+    assert control_grpc(served.grpc_url, "ready:control_probe") == "True"
+    assert control_grpc(served.grpc_url, "load:control_probe") == "ok"
+    assert control_http(served.http_url, "ready:control_probe") == "True"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_model_unloads_itself_from_execute(serving: Serving, mode: str) -> None:
+    with serving.server(models=["control_probe"], mode=mode) as server:
+        assert control_http(server.http_url, "unload:control_probe") == "ok"
+        client = httpclient.InferenceServerClient(server.http_url)
+
+        def states() -> dict[str, str]:
+            return {m["name"]: m.get("state") for m in client.get_model_repository_index()}
+
+        wait_until(lambda: states() == {"control_probe": "UNAVAILABLE"}, what="the unload")
+        assert not client.is_model_ready("control_probe")
+        client.close()

@@ -19,6 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from modelyard.server import INITIAL_LOAD_DONE
 from tests.conftest import Serving
 from tests.helpers import MODES, grpc_input, http_input, make_repo, wait_until
 from tests.serverproc import ServerProcess
@@ -192,10 +193,10 @@ def test_log_file_takes_the_log(tmp_path: Path) -> None:
         wait_until(
             lambda: (
                 proc.poll() is not None
-                or "Started Metrics Service" in (log_file.read_text() if log_file.exists() else "")
+                or INITIAL_LOAD_DONE in (log_file.read_text() if log_file.exists() else "")
             ),
             WAIT_S,
-            what="the server to start",
+            what="the server to load its models",
         )
         assert proc.poll() is None, "the server exited"
         text = log_file.read_text()

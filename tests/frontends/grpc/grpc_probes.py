@@ -7,7 +7,7 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 import numpy as np
@@ -16,15 +16,43 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 TIMEOUT = 30.0
+# How long a probe keeps trying while the server's port refuses connections: under load the
+# reference Triton's gRPC port has refused connections for seconds after it answered ready.
+UNREACHABLE_S = 60.0
+Stub: TypeAlias = Any  # a GRPCInferenceServiceStub (the generated module has no types)
 
 
-def _client_call(fn: Callable[[], Any]) -> list[Any]:
-    try:
-        return ["ok", fn()]
-    except Exception as e:
-        status = e.status() if hasattr(e, "status") else None
-        message = e.message() if hasattr(e, "message") else str(e)
-        return ["err", str(status), message]
+def _unreachable(observed: list[Any]) -> bool:
+    """A connection failure: never the server's answer, so the probe is tried again."""
+    return (
+        observed[0] == "err"
+        and observed[1] == str(grpc.StatusCode.UNAVAILABLE)
+        and "failed to connect" in str(observed[2]).lower()
+    )
+
+
+def _until_reached(probe: Callable[[], list[Any]]) -> list[Any]:
+    deadline = time.monotonic() + UNREACHABLE_S
+    observed = probe()
+    while _unreachable(observed) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        observed = probe()
+    return observed
+
+
+def _client_call(url: str, fn: Callable[[grpcclient.InferenceServerClient], Any]) -> list[Any]:
+    """``fn`` on a fresh client (a channel that failed to connect backs off for seconds)."""
+
+    def once() -> list[Any]:
+        with grpcclient.InferenceServerClient(url) as c:
+            try:
+                return ["ok", fn(c)]
+            except Exception as e:
+                status = e.status() if hasattr(e, "status") else None
+                message = e.message() if hasattr(e, "message") else str(e)
+                return ["err", str(status), message]
+
+    return _until_reached(once)
 
 
 def _count(n: int) -> list[Any]:
@@ -40,42 +68,38 @@ def _ones() -> list[Any]:
 
 
 def client_probes(url: str) -> dict[str, list[Any]]:
-    c = grpcclient.InferenceServerClient(url)
-    try:
-        probes: dict[str, Callable[[], Any]] = {
-            "ready_unknown": lambda: c.is_model_ready("nosuch"),
-            "ready_bad_version": lambda: c.is_model_ready("grpc_slow", "abc"),
-            "ready_negative_version": lambda: c.is_model_ready("grpc_slow", "-1"),
-            "ready_version_digits_then_text": lambda: c.is_model_ready("grpc_slow", "1abc"),
-            "metadata_bad_version": lambda: c.get_model_metadata("grpc_slow", "x1"),
-            "statistics_bad_version": lambda: c.get_inference_statistics("grpc_slow", "x1"),
-            "statistics_unknown": lambda: c.get_inference_statistics("nosuch"),
-            "infer_decoupled": lambda: c.infer("grpc_decoupled", _count(1)),
-            "log_settings": lambda: c.get_log_settings(as_json=True),
-            "log_bad_type": lambda: c.update_log_settings({"log_info": 1}),
-            "log_file": lambda: c.update_log_settings({"log_file": "x"}),
-            "trace_settings": lambda: c.get_trace_settings(as_json=True),
-            "trace_model": lambda: c.get_trace_settings(model_name="grpc_slow", as_json=True),
-            "trace_update": lambda: c.update_trace_settings(
-                "grpc_slow", {"trace_rate": "5"}, as_json=True
-            ),
-            "trace_clear": lambda: c.update_trace_settings(
-                "grpc_slow", {"trace_rate": None}, as_json=True
-            ),
-            "trace_unknown_model": lambda: c.get_trace_settings(model_name="nosuch"),
-            "trace_file": lambda: c.update_trace_settings(settings={"trace_file": "x"}),
-            "shm_status": lambda: c.get_system_shared_memory_status(as_json=True),
-            "shm_status_unknown": lambda: c.get_system_shared_memory_status("nope"),
-            "shm_unregister_unknown": lambda: c.unregister_system_shared_memory("nope"),
-            "cuda_status": lambda: c.get_cuda_shared_memory_status(as_json=True),
-            "cuda_status_unknown": lambda: c.get_cuda_shared_memory_status("nope"),
-            "cuda_unregister_unknown": lambda: c.unregister_cuda_shared_memory("nope"),
-            "index_ready": lambda: c.get_model_repository_index(as_json=True),
-            "unload_unknown": lambda: c.unload_model("nosuch"),
-        }
-        return {name: _client_call(fn) for name, fn in probes.items()}
-    finally:
-        c.close()
+    probes: dict[str, Callable[[grpcclient.InferenceServerClient], Any]] = {
+        "ready_unknown": lambda c: c.is_model_ready("nosuch"),
+        "ready_bad_version": lambda c: c.is_model_ready("grpc_slow", "abc"),
+        "ready_negative_version": lambda c: c.is_model_ready("grpc_slow", "-1"),
+        "ready_version_digits_then_text": lambda c: c.is_model_ready("grpc_slow", "1abc"),
+        "metadata_bad_version": lambda c: c.get_model_metadata("grpc_slow", "x1"),
+        "statistics_bad_version": lambda c: c.get_inference_statistics("grpc_slow", "x1"),
+        "statistics_unknown": lambda c: c.get_inference_statistics("nosuch"),
+        "infer_decoupled": lambda c: c.infer("grpc_decoupled", _count(1)),
+        "log_settings": lambda c: c.get_log_settings(as_json=True),
+        "log_bad_type": lambda c: c.update_log_settings({"log_info": 1}),
+        "log_file": lambda c: c.update_log_settings({"log_file": "x"}),
+        "trace_settings": lambda c: c.get_trace_settings(as_json=True),
+        "trace_model": lambda c: c.get_trace_settings(model_name="grpc_slow", as_json=True),
+        "trace_update": lambda c: c.update_trace_settings(
+            "grpc_slow", {"trace_rate": "5"}, as_json=True
+        ),
+        "trace_clear": lambda c: c.update_trace_settings(
+            "grpc_slow", {"trace_rate": None}, as_json=True
+        ),
+        "trace_unknown_model": lambda c: c.get_trace_settings(model_name="nosuch"),
+        "trace_file": lambda c: c.update_trace_settings(settings={"trace_file": "x"}),
+        "shm_status": lambda c: c.get_system_shared_memory_status(as_json=True),
+        "shm_status_unknown": lambda c: c.get_system_shared_memory_status("nope"),
+        "shm_unregister_unknown": lambda c: c.unregister_system_shared_memory("nope"),
+        "cuda_status": lambda c: c.get_cuda_shared_memory_status(as_json=True),
+        "cuda_status_unknown": lambda c: c.get_cuda_shared_memory_status("nope"),
+        "cuda_unregister_unknown": lambda c: c.unregister_cuda_shared_memory("nope"),
+        "index_ready": lambda c: c.get_model_repository_index(as_json=True),
+        "unload_unknown": lambda c: c.unload_model("nosuch"),
+    }
+    return {name: _client_call(url, fn) for name, fn in probes.items()}
 
 
 def _typed(dt: str, field: str, values: list[Any], shape: list[int]) -> Any:
@@ -138,58 +162,62 @@ def raw_probes(url: str) -> dict[str, list[Any]]:
         ),
     }
     requests["unknown_model_bad_param"].model_name = "nosuch"
-    out: dict[str, list[Any]] = {}
-    with grpc.insecure_channel(url) as channel:
-        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        for name, request in requests.items():
-            try:
-                reply = stub.ModelInfer(request, timeout=TIMEOUT)
-                result = grpcclient.InferResult(reply)
-                outputs = {
-                    o.name: result.as_numpy(o.name).tolist() for o in reply.outputs
-                }  # fmt: skip
-                out[name] = ["ok", reply.model_version, reply.id, outputs]
-            except grpc.RpcError as e:
-                out[name] = ["err", str(e.code()), e.details()]
 
-        def load(**params: pb.ModelRepositoryParameter) -> list[Any]:
-            req = pb.RepositoryModelLoadRequest(model_name="grpc_slow")
-            for key, value in params.items():
-                req.parameters[key].CopyFrom(value)
+    def infer(request: Any) -> Callable[[Stub], list[Any]]:
+        def call(stub: Stub) -> list[Any]:
+            reply = stub.ModelInfer(request, timeout=TIMEOUT)
+            result = grpcclient.InferResult(reply)
+            outputs = {o.name: result.as_numpy(o.name).tolist() for o in reply.outputs}
+            return ["ok", reply.model_version, reply.id, outputs]
+
+        return call
+
+    def load(**params: pb.ModelRepositoryParameter) -> Callable[[Stub], list[Any]]:
+        req = pb.RepositoryModelLoadRequest(model_name="grpc_slow")
+        for key, value in params.items():
+            req.parameters[key].CopyFrom(value)
+        return lambda stub: _ok(stub.RepositoryModelLoad(req, timeout=60))
+
+    probes: dict[str, Callable[[Stub], list[Any]]] = {
+        name: infer(request) for name, request in requests.items()
+    }
+    probes["load_unrecognized_param"] = load(foo=pb.ModelRepositoryParameter(string_param="x"))
+    probes["load_config_wrong_type"] = load(config=pb.ModelRepositoryParameter(bytes_param=b"x"))
+    probes["load_repository_name"] = lambda stub: _ok(
+        stub.RepositoryModelLoad(
+            pb.RepositoryModelLoadRequest(repository_name="r", model_name="m"), timeout=60
+        )
+    )
+    probes["index_repository_name"] = lambda stub: _ok(
+        stub.RepositoryIndex(pb.RepositoryIndexRequest(repository_name="r"), timeout=60)
+    )
+    probes["unload_wrong_type"] = lambda stub: _ok(
+        stub.RepositoryModelUnload(
+            pb.RepositoryModelUnloadRequest(
+                model_name="nosuch",
+                parameters={"unload_dependents": pb.ModelRepositoryParameter(int64_param=1)},
+            ),
+            timeout=60,
+        )
+    )
+    return {name: _stub_call(url, probe) for name, probe in probes.items()}
+
+
+def _ok(_reply: Any) -> list[Any]:
+    return ["ok"]
+
+
+def _stub_call(url: str, fn: Callable[[Stub], list[Any]]) -> list[Any]:
+    """``fn`` on a fresh channel; a gRPC error status is the observation."""
+
+    def once() -> list[Any]:
+        with grpc.insecure_channel(url) as channel:
             try:
-                stub.RepositoryModelLoad(req, timeout=60)
-                return ["ok"]
+                return fn(service_pb2_grpc.GRPCInferenceServiceStub(channel))
             except grpc.RpcError as e:
                 return ["err", str(e.code()), e.details()]
 
-        out["load_unrecognized_param"] = load(foo=pb.ModelRepositoryParameter(string_param="x"))
-        out["load_config_wrong_type"] = load(config=pb.ModelRepositoryParameter(bytes_param=b"x"))
-        out["load_repository_name"] = _call(
-            lambda: stub.RepositoryModelLoad(
-                pb.RepositoryModelLoadRequest(repository_name="r", model_name="m"), timeout=60
-            )
-        )
-        out["index_repository_name"] = _call(
-            lambda: stub.RepositoryIndex(pb.RepositoryIndexRequest(repository_name="r"))
-        )
-        out["unload_wrong_type"] = _call(
-            lambda: stub.RepositoryModelUnload(
-                pb.RepositoryModelUnloadRequest(
-                    model_name="nosuch",
-                    parameters={"unload_dependents": pb.ModelRepositoryParameter(int64_param=1)},
-                ),
-                timeout=60,
-            )
-        )
-    return out
-
-
-def _call(fn: Callable[[], Any]) -> list[Any]:
-    try:
-        fn()
-        return ["ok"]
-    except grpc.RpcError as e:
-        return ["err", str(e.code()), e.details()]
+    return _until_reached(once)
 
 
 class Incomplete(Exception):
@@ -327,4 +355,6 @@ def stream_probes(url: str, attempts: int = 1) -> dict[str, list[list[Any]]]:
             except Exception as e:
                 if attempt == attempts - 1:
                     out[name] = [["probe failed", f"{type(e).__name__}: {e}"]]
+                else:
+                    time.sleep(1.0)  # a port that refused a moment ago may take a while
     return out

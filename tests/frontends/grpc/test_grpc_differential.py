@@ -37,7 +37,7 @@ def observations(serving: Serving) -> Iterator[tuple[Any, Any]]:
     observed = []
     ref = start_reference(repo, *args, timeout=120)
     try:
-        observed.append(_observe(ref.grpc_url, attempts=3))
+        observed.append(_observe(ref.grpc_url, attempts=5))
     finally:
         ref.stop()
     with serving.server(repo, *args) as mine:

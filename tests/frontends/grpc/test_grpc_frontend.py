@@ -150,7 +150,10 @@ def test_logs_bound_port_and_a_taken_port_fails(server: ServerProcess, tmp_path:
     with pytest.raises(RuntimeError) as e:
         start_server(tmp_path, "--grpc-port", str(port), timeout=60.0)
     assert "server exited before binding its ports" in str(e.value)
-    assert f"failed to bind the gRPC service to 127.0.0.1:{port}" in str(e.value)
+    assert (
+        f"failed to start a frontend: the gRPC service cannot listen on 127.0.0.1:{port}: "
+        "address already in use"
+    ) in str(e.value)
     with grpcclient.InferenceServerClient(server.grpc_url) as c:
         assert c.is_server_live(client_timeout=TIMEOUT)  # the first one is unaffected
 

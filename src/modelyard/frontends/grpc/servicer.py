@@ -28,6 +28,9 @@ from modelyard.frontends.grpc import extensions, proto_convert
 from modelyard.frontends.grpc.stream import run_stream
 from modelyard.frontends.grpc.wire import EncodedResponse, WireInferRequest
 from modelyard.serving.shm_regions import cuda_unsupported
+from modelyard.tracing.settings import parse_update
+from modelyard.tracing.trace import AFTER, Trace
+from modelyard.tracing.tracer import Tracer
 from modelyard.types import InferRequest, InferResponse
 
 log = logging.getLogger("modelyard")
@@ -57,6 +60,8 @@ class Core(Protocol):
     async def statistics(self, name: str = "", version: str = "") -> dict[str, Any]: ...
     def get_log_settings(self) -> dict[str, Any]: ...
     def update_log_settings(self, settings: dict[str, Any]) -> dict[str, Any]: ...
+    @property
+    def tracer(self) -> Tracer: ...
     def get_trace_settings(self, model: str = "") -> dict[str, Any]: ...
     def update_trace_settings(self, model: str, settings: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -149,7 +154,21 @@ class InferenceServicer:
 
     # -- inference ---------------------------------------------------------------------------
 
-    async def ModelInfer(self, request: WireInferRequest, context: Any) -> EncodedResponse:
+    async def ModelInfer(
+        self, request: WireInferRequest, context: Any, trace: Trace | None = None
+    ) -> EncodedResponse:
+        tracer = self._core.tracer
+        if trace is None and tracer.on:  # with tracing off, the one check a request pays
+            trace = tracer.sample(request.msg.model_name, context.invocation_metadata() or ())
+            if trace is not None:
+                trace.event("GRPC_WAITREAD_START", 0, AFTER)
+                trace.event("GRPC_WAITREAD_END", 0, AFTER)
+                try:
+                    reply = await self.ModelInfer(request, context, trace)
+                    trace.event("GRPC_SEND_END", 0, AFTER)
+                    return reply
+                finally:
+                    trace.release()
         try:
             if request.error:  # the body was not a ModelInferRequest
                 raise InvalidArgument(request.error)
@@ -159,7 +178,12 @@ class InferenceServicer:
             if self._core.is_decoupled(msg.model_name, version):
                 raise Unsupported(DECOUPLED_UNSUPPORTED)
             decoded = proto_convert.decode_infer_request(request)
+            if trace is not None:
+                decoded.request.trace = trace
             response = await self._core.infer(decoded.request)
+            if trace is not None:
+                trace.event("INFER_RESPONSE_COMPLETE", 0, AFTER)
+                trace.event("GRPC_SEND_START", 0, AFTER)
             if response.error is not None:
                 raise response.error
             if decoded.classification:
@@ -304,7 +328,9 @@ class InferenceServicer:
     async def TraceSetting(self, request: Any, context: Any) -> Any:
         model = request.model_name
         if request.settings:
-            update: dict[str, Any] = {}
+            if model:  # Triton checks the model before the settings
+                self._core.get_trace_settings(model)
+            raw: dict[str, Any] = {}
             for key, setting in request.settings.items():
                 values = list(setting.value)
                 if key == "trace_file":
@@ -312,13 +338,14 @@ class InferenceServicer:
                         "trace file location can not be updated through network protocol"
                     )
                 if not values:
-                    update[key] = None  # clear: fall back to the global setting
+                    raw[key] = None  # clear: fall back to the global setting
                 elif key == "trace_level":
-                    update[key] = values
+                    raw[key] = values
                 elif len(values) == 1:
-                    update[key] = values[0]
+                    raw[key] = values[0]
                 else:
                     raise InvalidArgument(f"expect only 1 value for '{key}'")
+            update = parse_update(raw, grpc=True)
             settings = self._core.update_trace_settings(model, update)
         else:
             settings = self._core.get_trace_settings(model)

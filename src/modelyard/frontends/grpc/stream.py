@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from modelyard.errors import ErrorCode, InternalError, InvalidArgument, ModelyardError
 from modelyard.frontends.grpc import extensions, proto_convert
 from modelyard.frontends.grpc.proto_convert import Decoded
 from modelyard.frontends.grpc.wire import EncodedResponse, WireInferRequest
+from modelyard.tracing.trace import AFTER
 
 if TYPE_CHECKING:
     from modelyard.frontends.grpc.servicer import Core
@@ -52,7 +53,7 @@ async def run_stream(
     """The responses to write, in order. The handler yields them (rather than awaiting
     ``context.write`` for each): grpc.aio's generator path costs about a quarter less CPU per
     message, which is most of a long stream's cost."""
-    session = _Session(core)
+    session = _Session(core, context)
     reader = asyncio.create_task(session.read(request_iterator))
     grpc_error = _wants_grpc_error(context)
     try:
@@ -71,8 +72,9 @@ async def run_stream(
 
 
 class _Session:
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, context: Any = None) -> None:
         self.core = core
+        self.context = context  # the call's metadata carries a caller's traceparent
         self.out: asyncio.Queue[_Item] = asyncio.Queue(MAX_PENDING)
         self.tasks: set[asyncio.Task[None]] = set()
         self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
@@ -109,7 +111,10 @@ class _Session:
                 else:
                     wait, done = self.last_ordered, loop.create_future()
                     self.last_ordered = done
-                task = loop.create_task(self._run(msg, decoded, decoupled, error, wait, done))
+                coro = self._run(msg, decoded, decoupled, error, wait, done)
+                if self.core.tracer.on and decoded is not None:
+                    coro = self._traced(coro, decoded)
+                task = loop.create_task(coro)
                 self.tasks.add(task)
                 task.add_done_callback(self._finished)
             while self.tasks:
@@ -118,6 +123,22 @@ class _Session:
             await self.out.put(None)  # wake the writer, which re-raises this
             raise
         await self.out.put(None)
+
+    async def _traced(self, run: Coroutine[Any, Any, None], decoded: Decoded) -> None:
+        """A streamed request, traced when the tracer samples it."""
+        metadata = self.context.invocation_metadata() if self.context is not None else None
+        trace = self.core.tracer.sample(decoded.request.model_name, metadata or ())
+        if trace is None:
+            await run
+            return
+        trace.event("GRPC_WAITREAD_START", 0, AFTER)
+        trace.event("GRPC_WAITREAD_END", 0, AFTER)
+        decoded.request.trace = trace
+        try:
+            await run
+            trace.event("GRPC_SEND_END", 0, AFTER)
+        finally:
+            trace.release()
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)

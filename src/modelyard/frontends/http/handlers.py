@@ -24,6 +24,7 @@ from modelyard.frontends.http.request_response import (
     read_body,
 )
 from modelyard.serving.shm_regions import cuda_unsupported
+from modelyard.tracing.settings import parse_update
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
@@ -143,37 +144,33 @@ async def logging_settings(core: InferenceServer, request: Request) -> Response:
     return json_value_response(core.update_log_settings(update))
 
 
-def _trace_int(key: str, text: str, minimum: int) -> None:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise InvalidArgument(f"Unable to parse '{key}', got: {text}") from None
-    if value < minimum:
-        raise InvalidArgument(f"Unable to parse '{key}'. Expecting value >= {minimum}, got:{text}")
-
-
 async def trace_settings(core: InferenceServer, request: Request, model: str = "") -> Response:
     if request.method == "GET":
-        return json_value_response(core.get_trace_settings(model))
+        return json_value_response(_http_trace(core.get_trace_settings(model)))
     doc = await _json_body(request) or {}
-    if "trace_file" in doc:
-        raise Unsupported("trace file location can not be updated through network protocol")
-    update: dict[str, Any] = {}
-    if "trace_level" in doc:
-        levels = doc["trace_level"]
-        if levels is not None:
-            levels = [infer_body.as_str(v) for v in infer_body.as_array(levels)]
-            if "OFF" in levels and len(levels) > 1:
-                raise InvalidArgument("Expect only one trace level 'OFF' is specified")
-        update["trace_level"] = levels
-    for key, minimum in (("trace_rate", 0), ("trace_count", -1), ("log_frequency", 0)):
-        if key in doc:
-            value = doc[key]
-            if value is not None:
+    raw: dict[str, Any] = {}
+    for key in ("trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency"):
+        if key not in doc:
+            continue
+        value = doc[key]
+        if value is not None:
+            if key == "trace_level":
+                value = [infer_body.as_str(v) for v in infer_body.as_array(value)]
+            elif key != "trace_file":
                 value = infer_body.as_str(value)
-                _trace_int(key, value, minimum)
-            update[key] = value
-    return json_value_response(core.update_trace_settings(model, update))
+        raw[key] = value
+    if model:  # Triton checks the model before the settings
+        core.get_trace_settings(model)
+    update = parse_update(raw)
+    return json_value_response(_http_trace(core.update_trace_settings(model, update)))
+
+
+def _http_trace(settings: dict[str, Any]) -> dict[str, Any]:
+    """Triton's HTTP answer repeats a key given several times (``resource``); a JSON reader
+    keeps the last."""
+    return {
+        k: v[-1] if isinstance(v, list) and k != "trace_level" else v for k, v in settings.items()
+    }
 
 
 # -- shared memory -----------------------------------------------------------------------------

@@ -23,10 +23,12 @@ from modelyard.frontends.http.request_response import (
     Response,
     read_body,
 )
+from modelyard.tracing.trace import AFTER, AMID, BEFORE
 from modelyard.types import InferRequest, InferResponse, config_datatype
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
+    from modelyard.tracing.trace import Trace
 
 # Bodies above this size are (de)compressed in a worker thread (zlib releases the GIL).
 _OFFLOAD_BYTES = 1 << 20
@@ -40,8 +42,23 @@ _HEADER_LENGTH = b"inference-header-content-length"
 
 
 async def handle_infer(
-    core: InferenceServer, request: Request, model: str, version: str, max_input_size: int
+    core: InferenceServer,
+    request: Request,
+    model: str,
+    version: str,
+    max_input_size: int,
+    trace: Trace | None = None,
 ) -> Response:
+    if trace is None and core.tracer.on:  # with tracing off, the one check a request pays
+        trace = core.tracer.sample(model, request.scope["headers"])
+        if trace is not None:
+            trace.event("HTTP_RECV_START", 0, BEFORE)
+            try:
+                reply = await handle_infer(core, request, model, version, max_input_size, trace)
+                trace.event("HTTP_SEND_END", 0, AFTER)
+                return reply
+            finally:
+                trace.release()
     if core.is_decoupled(model, version):
         raise Unsupported(_DECOUPLED)
     header_value = encoding_value = accept = None
@@ -73,8 +90,14 @@ async def handle_infer(
         infer_request, plan = infer_body.parse_infer_request(
             model, version, memoryview(body), header_length, max_input_size
         )
+    if trace is not None:
+        trace.event("HTTP_RECV_END", 0, BEFORE)
+        infer_request.trace = trace
 
     response = await core.infer(infer_request)
+    if trace is not None:
+        trace.event("INFER_RESPONSE_COMPLETE", 0, AMID)
+        trace.event("HTTP_SEND_START", 0, AFTER)
 
     if plan.classification:
         _apply_classification(core, response, plan)

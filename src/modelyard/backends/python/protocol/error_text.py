@@ -3,6 +3,8 @@ and the in-process instance word them alike)."""
 
 from __future__ import annotations
 
+import importlib
+import linecache
 import os
 import traceback
 
@@ -26,6 +28,50 @@ def format_exception(exc: BaseException) -> str:
             continue
         lines.append(f"  {fr.filename}({fr.lineno}): {fr.name}")
     return "\n".join(lines) + "\n"
+
+
+# Frames of the import machinery (and of the thread that ran the import): Triton shows some of
+# them under a model's import error; they never point at the model's mistake.
+_MACHINERY = (
+    os.path.dirname(os.path.abspath(importlib.__file__)) + os.sep,
+    os.path.join(os.path.dirname(os.path.abspath(os.__file__)), "asyncio") + os.sep,
+    os.path.join(os.path.dirname(os.path.abspath(os.__file__)), "concurrent") + os.sep,
+)
+
+
+def format_import_error(exc: BaseException) -> str:
+    """A model file that failed to import (a syntax error, a missing module, an exception at
+    module level): Triton's text -- type and message first, so clients comparing the start see
+    what Triton writes -- and under ``At:`` the frames innermost first without the import
+    machinery's, each model frame followed by its source line (a syntax error's with a caret
+    under the column), so the message points at ``file(line)``."""
+    lines = [f"{type(exc).__name__}: {exc}", "", "At:"]
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        lines.append(f"  {exc.filename}({exc.lineno})")
+        lines += _source(exc.filename, exc.lineno, exc.text, exc.offset)
+    for fr in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = os.path.abspath(fr.filename)
+        if fr.filename.startswith("<frozen ") or path.startswith(_OWN_CODE + _MACHINERY):
+            continue
+        lines.append(f"  {fr.filename}({fr.lineno}): {fr.name}")
+        lines += _source(fr.filename, fr.lineno or 0, fr.line, None)
+    if lines[-1] == "At:":
+        del lines[-2:]
+    return "\n".join(lines) + "\n"
+
+
+def _source(filename: str, lineno: int, text: str | None, offset: int | None) -> list[str]:
+    """The source line (indented by four), and a caret under ``offset`` when given."""
+    raw = text if text is not None else linecache.getline(filename, lineno)
+    raw = raw.rstrip("\r\n")
+    code = raw.strip()
+    if not code:
+        return []
+    out = [f"    {code}"]
+    if offset is not None and offset > 0:
+        col = offset - 1 - (len(raw) - len(raw.lstrip()))
+        out.append("    " + " " * max(0, min(col, len(code))) + "^")
+    return out
 
 
 def batch_error(instance: str, detail: str) -> str:

@@ -64,6 +64,9 @@ class RequestItem(_Payload):
     parameters: dict[str, Any]
     timeout_us: int
     destinations: dict[str, OutputDestination] | None  # outputs to write into client regions
+    # A traced request: (its trace context for request.trace(), "" in Triton mode; the id
+    # of the span the model's own spans and BLS calls hang under). None: not traced.
+    trace: tuple[str, int] | None = None
 
 
 class ModelSetup(_Payload):
@@ -235,6 +238,8 @@ class Bls(_Message, tag=18):
     blocking: bool
     # The request keys of the batch whose execute made the call (cancelled with them).
     parents: tuple[int, ...]
+    # Made inside a traced request: (its key, the span the call hangs under).
+    span: tuple[int, int] | None = None
 
 
 class BlsCancel(_Message, tag=19):
@@ -268,6 +273,19 @@ class QueryModelReady(_Message, tag=22):
     version: str
 
 
+class SpanEnd(_Message, tag=23):
+    """A span the model opened (``modelyard.tracing.span``) ended, in the traced request
+    ``key``: ids, name, monotonic times and attributes."""
+
+    key: int
+    span_id: int
+    parent_id: int
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any]
+
+
 ServerMessage: TypeAlias = (
     Autocomplete
     | Init
@@ -294,6 +312,7 @@ WorkerMessage: TypeAlias = (
     | UnloadModel
     | QueryModelReady
     | Free
+    | SpanEnd
 )
 Message: TypeAlias = ServerMessage | WorkerMessage
 

@@ -200,8 +200,10 @@ async def run_auto_complete(
     opts: PythonBackendOptions,
     host: ModelHost | None,
     env: exec_env.ExecEnv | None = None,
+    isolate: bool = False,
 ) -> tuple[Any, PythonWorker | None]:
-    """Run the model's ``auto_complete_config`` in a fresh worker.
+    """Run the model's ``auto_complete_config`` in a fresh worker (in this process for an
+    in-process model, unless ``isolate``).
 
     Returns the completed config and the worker, which becomes the model's first instance.
     """
@@ -212,7 +214,7 @@ async def run_auto_complete(
 
     check_stub_name(cfg.name, version)
     spec = _spec(cfg, model_dir, version, f"{cfg.name}_autocomplete", "CPU", opts, "{}", env)
-    if execution_mode(cfg, opts) == "in-process":
+    if execution_mode(cfg, opts) == "in-process" and not isolate:
         from modelyard.backends.python.server.isolation import auto_complete_in_process
 
         completed = await auto_complete_in_process(

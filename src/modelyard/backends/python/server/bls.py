@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,7 @@ def start_bls(
     emit: Callable[[InferResponse, bool], None],
     caller: str = "",
     parents: Sequence[RequestContext] = (),
+    caller_model: str = "",
 ) -> Callable[[], None]:
     """Start one BLS request from the event loop thread; every outcome reaches
     ``emit(response, final)``, errors as error responses, exactly one with final=True.
@@ -54,8 +56,17 @@ def start_bls(
 
     ``parents`` are the requests whose execution made the call: once all of them are
     cancelled, so is the call (see ``link_to_parents``). Returns the function that cancels
-    the call (``ResponseIterator.cancel()``; on the loop thread, a no-op once it ended)."""
+    the call (``ResponseIterator.cancel()``; on the loop thread, a no-op once it ended).
+    Every call counts in the host's BLS call graph (``caller_model`` -> the callee)."""
     name = request.model_name
+    graph = host.tracer.call_graph
+    t0 = time.monotonic_ns()
+
+    def deliver(resp: InferResponse, final: bool) -> None:
+        if final:
+            graph.record(caller_model, name, time.monotonic_ns() - t0, resp.error is not None)
+        emit(resp, final)
+
     done = False
     timer: asyncio.TimerHandle | None = None
     ctx: RequestContext | None = None
@@ -63,7 +74,7 @@ def start_bls(
 
     def error(text: str, code: ErrorCode) -> None:
         err = ModelyardError(text, code)
-        emit(InferResponse(name, request.model_version, request.id, error=err), True)
+        deliver(InferResponse(name, request.model_version, request.id, error=err), True)
 
     def on_response(resp: InferResponse) -> None:
         nonlocal done
@@ -76,7 +87,7 @@ def start_bls(
                 timer.cancel()
             if unlink is not None:
                 unlink()
-        emit(resp, final)
+        deliver(resp, final)
 
     def on_timeout() -> None:
         nonlocal done
@@ -172,6 +183,10 @@ class WorkerCalls:
             return
         chain = worker.waiting_chain() if msg.blocking else frozenset()
         parents = worker.live_requests(msg.parents)
+        if msg.span is not None:  # made in a traced request: a child of its span
+            traced = worker.live_requests(msg.span[:1])
+            if traced and traced[0].trace is not None:
+                request.trace = traced[0].trace.link(msg.span[1])
         ended = False
 
         def emit(resp: InferResponse, final: bool) -> None:
@@ -182,7 +197,9 @@ class WorkerCalls:
             self._reply(call_id, self._payload(resp), final)
 
         caller = worker.name if msg.blocking else ""
-        cancel = start_bls(host, request, msg.decoupled, chain, emit, caller, parents)
+        cancel = start_bls(
+            host, request, msg.decoupled, chain, emit, caller, parents, worker.spec.model_name
+        )
         if msg.decoupled and not ended:  # (a call that already ended has nothing to cancel)
             self._streams[call_id] = cancel
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -22,9 +23,11 @@ from modelyard.backends.instance import Instance
 from modelyard.backends.python.protocol import release_flags
 from modelyard.backends.python.protocol.error_text import batch_error, format_exception
 from modelyard.backends.python.server.inprocess_runtime import (
+    CURRENT,
     PARENTS,
     TLS,
     InProcessRuntime,
+    first_traced,
     on_loop,
     tensor_data,
 )
@@ -38,6 +41,7 @@ from modelyard.types import InferResponse, Tensor, datatype_of
 
 if TYPE_CHECKING:
     from modelyard.backends.python.server.process_instance import WorkerSpec
+    from modelyard.tracing.trace import RequestTrace
 
 log = logging.getLogger("modelyard")
 
@@ -181,6 +185,7 @@ class InProcessInstance(Instance):
             parameters=r.parameters or None,
             timeout=r.timeout_us,
             response_sender=sender,
+            trace_context=None if ctx.trace is None else ctx.trace.context(),
         )
 
     def _core_response(
@@ -267,12 +272,15 @@ class InProcessInstance(Instance):
         chain = frozenset({self.name}).union(*(ctx.chain for ctx in batch))
 
         parents = tuple(batch)
+        traced = first_traced(batch)
 
         def run() -> Any:
             TLS.chain, TLS.instance = chain, self.name
             token = PARENTS.set(parents)
             try:
                 with pb.runtime_context(rt):
+                    if traced is not None:
+                        return self._traced_execute(traced, batch, requests)
                     return self.model.execute(requests)
             finally:
                 PARENTS.reset(token)
@@ -280,6 +288,7 @@ class InProcessInstance(Instance):
 
         if not self.sync_execute:
             token = PARENTS.set(parents)
+            span = self._enter_trace(traced) if traced is not None else None
             try:
                 with pb.runtime_context(rt):
                     coro = self._run_async(batch, requests)
@@ -289,6 +298,8 @@ class InProcessInstance(Instance):
                     # Real concurrency: the instance takes the next batch while this one awaits.
                     task = asyncio.get_running_loop().create_task(coro)
             finally:
+                if span is not None:
+                    self._leave_trace(span)
                 PARENTS.reset(token)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -313,9 +324,13 @@ class InProcessInstance(Instance):
         TLS.chain = outer.union({self.name}, *(ctx.chain for ctx in batch))
         TLS.instance = self.name
         token = PARENTS.set(tuple(batch))
+        traced = first_traced(batch)
         try:
             with pb.runtime_context(self.runtime):
-                returned = self.model.execute(requests)
+                if traced is not None:
+                    returned = self._traced_execute(traced, batch, requests)
+                else:
+                    returned = self.model.execute(requests)
             self._collect(batch, requests, returned)
             self._release(batch, requests)
         except _BatchError as e:
@@ -325,6 +340,37 @@ class InProcessInstance(Instance):
         finally:
             PARENTS.reset(token)
             TLS.chain, TLS.instance = outer, outer_instance
+
+    # -- tracing (only for batches with a traced request) ------------------------------------
+
+    def _enter_trace(self, traced: RequestTrace) -> tuple[Any, object | None]:
+        """The model's spans, BLS calls and plain OpenTelemetry spans hang under the traced
+        request's compute span while its execute runs."""
+        token = CURRENT.set((traced, traced.parent_span))
+        otel = self.host.tracer.activate(traced.trace.trace_id, traced.parent_span)
+        return token, otel
+
+    def _leave_trace(self, entered: tuple[Any, object | None]) -> None:
+        token, otel = entered
+        self.host.tracer.deactivate(otel)
+        CURRENT.reset(token)
+
+    def _traced_execute(
+        self, traced: RequestTrace, batch: list[RequestContext], requests: list[Any]
+    ) -> Any:
+        entered = self._enter_trace(traced)
+        try:
+            now = time.monotonic_ns()
+            for ctx in batch:
+                if ctx.trace is not None:
+                    ctx.trace.t_input_end = now
+            return self.model.execute(requests)
+        finally:
+            now = time.monotonic_ns()
+            for ctx in batch:
+                if ctx.trace is not None:
+                    ctx.trace.t_output_start = now
+            self._leave_trace(entered)
 
     async def _run_async(self, batch: list[RequestContext], requests: list[Any]) -> None:
         await self._finish(batch, requests, self.model.execute(requests))

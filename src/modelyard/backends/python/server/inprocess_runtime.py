@@ -14,6 +14,7 @@ import contextvars
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,6 +24,7 @@ from modelyard.backends.python.server.bls import link_to_parents, start_bls
 from modelyard.errors import InternalError, ModelyardError
 from modelyard.serving.context import RequestContext
 from modelyard.serving.host import ModelHost, ModelLogRecord
+from modelyard.tracing.trace import RequestTrace, Span
 from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor, datatype_of
 
 if TYPE_CHECKING:
@@ -36,6 +38,11 @@ TLS = threading.local()
 # cancelled with it (see bls.py).
 PARENTS: contextvars.ContextVar[tuple[RequestContext, ...]] = contextvars.ContextVar(
     "modelyard_inprocess_parents", default=()
+)
+# In a traced request: its trace and the span the model's own spans and BLS calls hang under
+# (the compute span, or the innermost span the model opened).
+CURRENT: contextvars.ContextVar[tuple[RequestTrace, int] | None] = contextvars.ContextVar(
+    "modelyard_inprocess_span", default=None
 )
 
 
@@ -56,6 +63,7 @@ class InProcessRuntime:
         self.package = ""  # the model's private module package (see _SiblingFinder)
         self.search_path = [model_dir, os.path.dirname(model_dir)] if model_dir else []
         self._tasks: set[asyncio.Task[None]] = set()
+        self.model_name = instance.spec.model_name if instance is not None else ""
 
     # BLS ---------------------------------------------------------------------------------
 
@@ -65,6 +73,7 @@ class InProcessRuntime:
             arr = t.as_numpy()
             inputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
         version = request.model_version()
+        current = CURRENT.get()
         return InferRequest(
             model_name=request.model_name(),
             inputs=inputs,
@@ -75,6 +84,7 @@ class InProcessRuntime:
             correlation_id=request.correlation_id(),
             flags=request.flags(),
             timeout_us=int(request.timeout() or 0),
+            trace=None if current is None else current[0].link(current[1]),
         )
 
     @staticmethod
@@ -96,14 +106,19 @@ class InProcessRuntime:
         """A sync BLS call to an idle in-process instance with a sync execute runs right here,
         on the caller's thread: no event-loop hop, no thread switch, no copy. Returns None
         when the call must take the ordinary path (busy target, other backend, errors)."""
+        t0 = time.monotonic_ns()
+        graph = self.host.tracer.call_graph
         try:
             box = self.host.run_direct(request, self._chain, _runs_sync, _run_direct)
         except ModelyardError as e:  # the request does not fit the model
+            graph.record(self.model_name, request.model_name, time.monotonic_ns() - t0, True)
             text = f"Model {request.model_name} - Error when running inference: {e.message}"
             error = ModelyardError(text, e.code)
             return self._pb_response(InferResponse(request.model_name, "", error=error))
         if box is None:
             return None
+        failed = not box or box[0].error is not None
+        graph.record(self.model_name, request.model_name, time.monotonic_ns() - t0, failed)
         if not box:
             error = InternalError("model returned no response")
             return self._pb_response(InferResponse(request.model_name, "", error=error))
@@ -124,7 +139,9 @@ class InProcessRuntime:
         def emit(resp: InferResponse, final: bool) -> None:
             sink((self._pb_response(resp), final))
 
-        return start_bls(self.host, request, decoupled, chain, emit, caller, parents)
+        return start_bls(
+            self.host, request, decoupled, chain, emit, caller, parents, self.model_name
+        )
 
     def exec(self, request: Any, decoupled: bool) -> Any:
         if on_loop(self.loop):
@@ -181,6 +198,10 @@ class InProcessRuntime:
         return Stream(replies, cancel)
 
     # the rest of pb_utils.Runtime ---------------------------------------------------------
+
+    def open_span(self, name: str, attributes: dict[str, Any]) -> ModelSpan:
+        """``modelyard.tracing.span`` for an in-process model."""
+        return ModelSpan(self.host, name, attributes)
 
     def log(self, level: int, message: str, filename: str, line: int) -> None:
         instance = self.instance.name if self.instance is not None else ""
@@ -243,6 +264,57 @@ def _version_text(version: Any) -> str:
 def on_loop(loop: asyncio.AbstractEventLoop) -> bool:
     # The non-raising lookup: get_running_loop() raises on every model thread, per BLS call.
     return asyncio.events._get_running_loop() is loop
+
+
+class ModelSpan:
+    """A span an in-process model opened; a no-op outside a traced request. Inside it, BLS
+    calls and (OpenTelemetry mode) plain OpenTelemetry API spans hang under it."""
+
+    __slots__ = ("_attributes", "_host", "_name", "_otel", "_span", "_token")
+
+    def __init__(self, host: ModelHost, name: str, attributes: dict[str, Any]) -> None:
+        self._host = host
+        self._name = name
+        self._attributes = attributes
+        self._token: contextvars.Token[tuple[RequestTrace, int] | None] | None = None
+        self._span: Span | None = None
+        self._otel: object | None = None
+
+    def __enter__(self) -> None:
+        current = CURRENT.get()
+        if current is None:
+            return
+        trace, parent = current
+        span = self._span = Span(self._name, trace.model, parent, time.monotonic_ns(), 0, False)
+        self._token = CURRENT.set((trace, span.span_id))
+        self._otel = self._host.tracer.activate(trace.trace.trace_id, span.span_id)
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
+        span, token = self._span, self._token
+        if span is None or token is None:
+            return
+        self._host.tracer.deactivate(self._otel)
+        trace, _ = CURRENT.get() or (None, 0)
+        CURRENT.reset(token)
+        if error is not None:
+            self._attributes = {**self._attributes, "exception": f"{type(error).__name__}: {error}"}
+        if trace is not None:
+            trace.model_span(
+                span.span_id,
+                span.parent_id or 0,
+                span.name,
+                span.start_ns,
+                time.monotonic_ns(),
+                self._attributes,
+            )
+
+
+def first_traced(batch: list[RequestContext]) -> RequestTrace | None:
+    for ctx in batch:
+        if ctx.trace is not None:
+            trace: RequestTrace = ctx.trace
+            return trace
+    return None
 
 
 class Stream:

@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 import triton_python_backend_utils as pb
-from modelyard.backends.python.protocol.error_text import format_exception
+from modelyard.backends.python.protocol.error_text import format_exception, format_import_error
 from modelyard.errors import InternalError, ModelyardError
 
 _import_lock = threading.Lock()
@@ -64,11 +64,16 @@ sys.meta_path.append(_SiblingFinder())
 
 def import_isolated(model_file: str, package: str) -> Any:
     """Import ``model_file`` as ``<package>.<stem>`` with its folder as the package, keeping
-    the sibling modules it imports private to it."""
+    the sibling modules it imports private to it. A reload imports the files afresh (the
+    instances of the previous load keep their module objects). A failed import raises
+    InternalError with the file, line and source line of the mistake."""
     version_dir = os.path.dirname(model_file)
     model_dir = os.path.dirname(version_dir)
     stem = os.path.splitext(os.path.basename(model_file))[0]
     with _import_lock:
+        for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+            del sys.modules[name]  # a previous load's modules under the same private name
+        importlib.invalidate_caches()  # files written since the last import are found
         before = set(sys.modules)
         saved_path = list(sys.path)
         sys.path[:0] = [version_dir, model_dir]
@@ -81,7 +86,10 @@ def import_isolated(model_file: str, package: str) -> Any:
             assert spec is not None
             pkg = importlib.util.module_from_spec(spec)
             sys.modules[package] = pkg
-            module = importlib.import_module(f"{package}.{stem}")
+            try:
+                module = importlib.import_module(f"{package}.{stem}")
+            except BaseException as e:  # a syntax error, a missing module, a module-level raise
+                raise InternalError(format_import_error(e)) from None
         finally:
             sys.path[:] = saved_path
             # Sibling modules imported by absolute name (`import helper`) leave sys.modules so

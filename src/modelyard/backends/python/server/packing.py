@@ -54,6 +54,7 @@ def pack_request(
         r.parameters,
         r.timeout_us,
         dests,
+        None if ctx.trace is None else ctx.trace.worker_info(),
     )
 
 

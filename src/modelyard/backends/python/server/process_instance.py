@@ -40,6 +40,7 @@ from modelyard.backends.python.protocol.messages import (
     Result,
     Send,
     ServerMessage,
+    SpanEnd,
     UnloadModel,
     WorkerMessage,
     decode_worker_message,
@@ -290,6 +291,8 @@ class PythonWorker(WorkerRequests, WorkerHealth):
             self.calls.cancel(msg.call_id)
         elif type(msg) is LoadModel or type(msg) is UnloadModel or type(msg) is QueryModelReady:
             self.calls.control(msg)
+        elif type(msg) is SpanEnd:
+            self._on_span(msg)
 
     def _answer(self, call_id: int, value: Any, error: ErrorReply | None) -> None:
         fut = self._calls.get(call_id)

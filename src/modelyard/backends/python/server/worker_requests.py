@@ -25,6 +25,7 @@ from modelyard.backends.python.protocol.messages import (
     RequestItem,
     Response,
     ServerMessage,
+    SpanEnd,
 )
 from modelyard.backends.python.server import packing
 from modelyard.backends.python.server.reschedule import reschedule
@@ -224,6 +225,14 @@ class WorkerRequests(Instance):
         if final:
             self._live.pop(key, None)
         ctx.send(resp)
+
+    def _on_span(self, msg: SpanEnd) -> None:
+        """A span the model opened in a traced request: into the request's trace."""
+        ctx = self._live.get(msg.key)
+        if ctx is not None and ctx.trace is not None:
+            ctx.trace.model_span(
+                msg.span_id, msg.parent_id, msg.name, msg.start_ns, msg.end_ns, msg.attributes
+            )
 
     async def _execute_call(self, items: list[RequestItem]) -> Executed:
         # No timer on the hot path: a worker that dies fails this call through _on_lost, and

@@ -28,6 +28,7 @@ from modelyard.backends.python.protocol.messages import (
     Response,
     UnloadModel,
 )
+from modelyard.backends.python.worker.spans import CURRENT
 
 if TYPE_CHECKING:
     from modelyard.backends.python.worker.runtime import StubRuntime
@@ -97,6 +98,7 @@ class BlsClient:
             # Only a call made by a blocked sync execute holds this instance while it waits.
             stub.executing and threading.get_ident() == stub.main_ident,
             PARENTS.get(),
+            CURRENT.get(),
         )
 
     def _response(self, response: Response | None) -> Any:

@@ -36,6 +36,7 @@ from modelyard.backends.python.protocol.release_flags import (
     returned_for_rescheduled,
 )
 from modelyard.backends.python.worker.bls_client import BlsClient
+from modelyard.backends.python.worker.spans import WorkerSpan
 
 if TYPE_CHECKING:
     from modelyard.backends.python.worker.stub import Stub
@@ -93,6 +94,7 @@ class StubRuntime:
             parameters=item.parameters or None,
             timeout=item.timeout_us,
             response_sender=sender,
+            trace_context=(item.trace[0] or None) if item.trace is not None else None,
         )
         request._modelyard_key = key
         request._modelyard_outputs = output_names
@@ -213,6 +215,10 @@ class StubRuntime:
             from triton_python_backend_utils._runtime import print_log
 
             print_log(level, message, filename, line)
+
+    def open_span(self, name: str, attributes: dict[str, Any]) -> WorkerSpan:
+        """``modelyard.tracing.span`` in a worker (see spans.py)."""
+        return WorkerSpan(self.stub, name, attributes)
 
     def model_dir(self) -> str:
         import os

@@ -18,7 +18,11 @@ import threading
 from typing import Any, cast
 
 from modelyard.backends.python.protocol import framing, tensor_pool
-from modelyard.backends.python.protocol.error_text import batch_error, format_exception
+from modelyard.backends.python.protocol.error_text import (
+    batch_error,
+    format_exception,
+    format_import_error,
+)
 from modelyard.backends.python.protocol.messages import (
     AsyncExecuted,
     Autocomplete,
@@ -48,6 +52,7 @@ from modelyard.backends.python.worker.bls_client import PARENTS
 from modelyard.backends.python.worker.readiness import StubReadiness
 from modelyard.backends.python.worker.region_maps import ClientRegions, RegionError
 from modelyard.backends.python.worker.runtime import Failure, StubRuntime
+from modelyard.backends.python.worker.spans import CURRENT, first_traced
 
 log = logging.getLogger("modelyard.stub")
 
@@ -204,7 +209,10 @@ class Stub:
         version = os.path.basename(os.path.dirname(path))
         module_name = os.path.splitext(os.path.basename(path))[0]
         # The version folder is a namespace package, so `from . import x` works as in Triton.
-        module = importlib.import_module(f"{version}.{module_name}")
+        try:
+            module = importlib.import_module(f"{version}.{module_name}")
+        except BaseException as e:  # a syntax error, a missing module, any module-level raise
+            raise Failure(ErrorCode.INTERNAL, format_import_error(e)) from None
         cls = getattr(module, "TritonPythonModel", None)
         if cls is None:
             raise Failure(
@@ -297,6 +305,9 @@ class Stub:
         # BLS calls made from here (and from tasks the coroutine starts) belong to this batch:
         # the server cancels them when the batch's requests are cancelled.
         parents = PARENTS.set(tuple([r._modelyard_key for r in requests]))
+        # A traced request's spans and BLS calls hang under its compute span.
+        traced = first_traced(items)
+        span = CURRENT.set(traced) if traced is not None else None
         try:
             returned = self.model.execute(requests)
             if asyncio.iscoroutine(returned):
@@ -316,6 +327,8 @@ class Stub:
         except BaseException as e:
             return Executed(call_id, None, (), self._batch_error(format_exception(e)))
         finally:
+            if span is not None:
+                CURRENT.reset(span)
             PARENTS.reset(parents)
             self.executing = False
 
