@@ -340,7 +340,8 @@ class InferenceServer(ModelControl):
 
     # -- statistics and settings ------------------------------------------------------------
 
-    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+    async def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """Triton's statistics extension (a coroutine: on a cluster it asks the replicas)."""
         if not name:
             stats = [
                 mv.stats.as_dict()

@@ -222,7 +222,7 @@ class _Router:
             "/v2/health/ready": (get, lambda _: handlers.health(core, "ready"), groups.HEALTH),
             "/v2/models/stats": (
                 get,
-                sync(lambda: handlers.statistics(core, "", "")),
+                lambda _: handlers.statistics(core, "", ""),
                 groups.STATISTICS,
             ),
             "/v2/logging": (
@@ -312,7 +312,7 @@ class _Router:
         if kind == "stats":
             if method != "GET":
                 return _NOT_ALLOWED
-            return handlers.statistics(core, model, version)
+            return await handlers.statistics(core, model, version)
         if kind == "trace/setting":
             if method not in ("GET", "POST"):
                 return _NOT_ALLOWED
