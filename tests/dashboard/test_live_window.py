@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from modelyard.serving import live
 from modelyard.serving.live import (
     SUMMARY_S,
     WINDOW_S,
@@ -105,3 +106,8 @@ def test_two_buckets_of_one_second_are_merged() -> None:
     w.failure(T0 + 2)
     snap = w.snapshot(T0 + 3)
     assert (snap["requests"], snap["errors"], snap["series"]["requests"][-1]) == (2, 1, 2)
+
+
+def test_the_lookup_table_is_latency_bucket() -> None:
+    assert len(live._BUCKETS) == live._TABLE_US
+    assert all(live._BUCKETS[us] == latency_bucket(us) for us in range(live._TABLE_US))

@@ -37,9 +37,15 @@ def bucket_value(index: int) -> float:
     return low + (1 << (bits - _SUB - 1)) / 2
 
 
-# latency_bucket() of every latency below 65 ms, looked up (a third of the cost).
-_TABLE_US = 1 << 16
-_BUCKETS = bytes(latency_bucket(us) for us in range(_TABLE_US))
+# latency_bucket() of every latency below 65 ms, looked up (a third of the cost); built run
+# by run: from 16 µs on, each bucket is a run of equal indexes (the largest is 135).
+_TABLE_BITS = 16
+_TABLE_US = 1 << _TABLE_BITS
+_BUCKETS = bytes(range(1 << (_SUB + 1))) + b"".join(
+    bytes([(bits << _SUB) | sub]) * (1 << (bits - _SUB - 1))
+    for bits in range(_SUB + 2, _TABLE_BITS + 1)
+    for sub in range(8)
+)
 
 
 class _Second:
