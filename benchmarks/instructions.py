@@ -67,6 +67,7 @@ def measure(src: Path, args: argparse.Namespace, out: Path) -> tuple[float, floa
         sys.executable, "-m", "modelyard", "serve",
         "--model-repository", str(args.models),
         "--model-control-mode", "explicit", "--load-model", args.model,
+        "--load-model", "add_sub",  # (what bls_sync calls)
         "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
     ]  # fmt: skip
     if args.mode == "in-process":
