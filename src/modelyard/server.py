@@ -105,7 +105,12 @@ async def start_frontends(
             from modelyard.frontends.http.server import start_http_server
 
             http = start_http_server(
-                core, args.http_address, args.http_port, fe.http_limits, fe.http_restrictions
+                core,
+                args.http_address,
+                args.http_port,
+                fe.http_limits,
+                fe.http_restrictions,
+                fe.dashboard,
             )
             frontends.append(await _bind("HTTP service", args.http_address, args.http_port, http))
         if args.allow_metrics:

@@ -163,6 +163,7 @@ def add_serve_flags(s: argparse.ArgumentParser, repository_required: bool = True
     _flag(s, "--allow-http", True, "serve HTTP/REST")
     _flag(s, "--allow-grpc", True, "serve gRPC")
     _flag(s, "--allow-metrics", True, "serve Prometheus metrics")
+    _flag(s, "--allow-dashboard", True, "serve the read-only dashboard at /dashboard (HTTP port)")
     _flag(
         s,
         "--allow-client-shm",

@@ -361,6 +361,27 @@ class InferenceServer(ModelControl):
             return {"model_stats": [entry.versions[v].stats.as_dict()]}
         return {"model_stats": [mv.stats.as_dict() for _, mv in sorted(entry.versions.items())]}
 
+    def live_statistics(self) -> list[dict[str, Any]]:
+        """Per loaded version, the last minute second by second (``serving/live.py``) and
+        its cumulative counts: what the dashboard shows."""
+        out = []
+        now = time.monotonic_ns()
+        for e in sorted(self.registry.entries.values(), key=lambda e: e.name):
+            for v, mv in sorted(e.versions.items()):
+                stats = mv.stats
+                out.append(
+                    {
+                        "name": e.name,
+                        "version": str(v),
+                        "success": stats.success.count,
+                        "fail": stats.fail.count,
+                        "inference_count": stats.inference_count,
+                        "execution_count": stats.execution_count,
+                        **stats.live.snapshot(now),
+                    }
+                )
+        return out
+
     # -- system shared memory (serving/shm_regions.py) ----------------------------------------
 
     def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
