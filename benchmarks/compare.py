@@ -239,7 +239,7 @@ def metrics(runs: list[dict[str, Any]]) -> list[Metric]:
     return out
 
 
-def _ratio_text(mine: Any, ref: Any, metric: Metric) -> tuple[str, str]:
+def _ratio_text(mine: Any, ref: Any, metric: Metric, other: str = "Triton") -> tuple[str, str]:
     if mine.failed or ref.failed or mine.median is None or ref.median is None:
         return "-", ""
     if ref.median == 0:
@@ -248,7 +248,7 @@ def _ratio_text(mine: Any, ref: Any, metric: Metric) -> tuple[str, str]:
     if abs(ratio - 1) <= NOISE:
         verdict = "~"
     else:
-        verdict = "modelyard" if (ratio > 1) == metric.higher_is_better else "Triton"
+        verdict = "modelyard" if (ratio > 1) == metric.higher_is_better else other
     return f"{ratio:.2f}", verdict
 
 
@@ -264,7 +264,9 @@ def compare_tables(
                              digits=metric.digits) for r in (mine, ref)]  # fmt: skip
         if not cells[0].values and not cells[1].values and not (cells[0].failed or cells[1].failed):
             continue
-        ratio, verdict = _ratio_text(cells[0], cells[1], metric)
+        ratio, verdict = _ratio_text(
+            cells[0], cells[1], metric, "Triton" if against == "triton" else "baseline"
+        )
         arrow = "↑" if metric.higher_is_better else "↓"
         row = [f"{metric.label} {arrow}", str(cells[0]), str(cells[1]), ratio, verdict]
         sections.setdefault(metric.section, []).append(row)
