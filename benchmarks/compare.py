@@ -39,7 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
 DEFAULT_OUT = HERE / "out"
-SERVERS = ("modelyard", "triton")
+SERVERS = ("modelyard", "triton", "baseline")
 ALL_SCENARIOS = ("startup", "latency", "throughput", "stateful", "streaming", "large", "memory")
 NOISE = 0.10  # ratios within 1 ± NOISE are within run-to-run noise on a small VM (bench/README)
 
@@ -87,13 +87,21 @@ class Server:
         )
 
 
-def servers(shared: Path, modelyard_args: tuple[str, ...] = ()) -> dict[str, Server]:
+def servers(
+    shared: Path, modelyard_args: tuple[str, ...] = (), baseline: Path | None = None
+) -> dict[str, Server]:
+    """The launchers; ``baseline``: a checkout of another modelyard commit, served as
+    "baseline" with that checkout's ``src`` first on PYTHONPATH (its workers inherit it)."""
     launchers = shared / "bench" / "servers"
-    return {
+    out = {
         "modelyard": Server("modelyard", launchers / "modelyard.sh",
                             {"MODELYARD_PYTHON": sys.executable}, modelyard_args),
         "triton": Server("triton", launchers / "triton.sh", {}),
     }  # fmt: skip
+    if baseline is not None:
+        env = {"MODELYARD_PYTHON": sys.executable, "PYTHONPATH": str(baseline / "src")}
+        out["baseline"] = Server("baseline", launchers / "modelyard.sh", env, modelyard_args)
+    return out
 
 
 # ------------------------------------------------------------------ running
@@ -231,7 +239,7 @@ def metrics(runs: list[dict[str, Any]]) -> list[Metric]:
     return out
 
 
-def _ratio_text(mine: Any, ref: Any, metric: Metric) -> tuple[str, str]:
+def _ratio_text(mine: Any, ref: Any, metric: Metric, other: str = "Triton") -> tuple[str, str]:
     if mine.failed or ref.failed or mine.median is None or ref.median is None:
         return "-", ""
     if ref.median == 0:
@@ -240,25 +248,31 @@ def _ratio_text(mine: Any, ref: Any, metric: Metric) -> tuple[str, str]:
     if abs(ratio - 1) <= NOISE:
         verdict = "~"
     else:
-        verdict = "modelyard" if (ratio > 1) == metric.higher_is_better else "Triton"
+        verdict = "modelyard" if (ratio > 1) == metric.higher_is_better else other
     return f"{ratio:.2f}", verdict
 
 
-def compare_tables(report: Any, runs: dict[str, list[dict[str, Any]]]) -> str:
-    """Markdown: per metric, the median of each server and the modelyard/Triton ratio."""
-    mine, ref = runs["modelyard"], runs["triton"]
+def compare_tables(
+    report: Any, runs: dict[str, list[dict[str, Any]]], against: str = "triton"
+) -> str:
+    """Markdown: per metric, the median of each server and the modelyard / ``against`` ratio
+    (``against``: "triton", or "baseline", another modelyard commit)."""
+    mine, ref = runs["modelyard"], runs[against]
     sections: dict[str, list[list[str]]] = {}
     for metric in metrics(mine + ref):
         cells = [report.Cell(r, metric.path, ok_path=metric.ok_path, scale=metric.scale,
                              digits=metric.digits) for r in (mine, ref)]  # fmt: skip
         if not cells[0].values and not cells[1].values and not (cells[0].failed or cells[1].failed):
             continue
-        ratio, verdict = _ratio_text(cells[0], cells[1], metric)
+        ratio, verdict = _ratio_text(
+            cells[0], cells[1], metric, "Triton" if against == "triton" else "baseline"
+        )
         arrow = "↑" if metric.higher_is_better else "↓"
         row = [f"{metric.label} {arrow}", str(cells[0]), str(cells[1]), ratio, verdict]
         sections.setdefault(metric.section, []).append(row)
     parts = []
-    header = ["metric", "modelyard", "Triton 2.51", "modelyard / Triton", "better"]
+    other = "Triton 2.51" if against == "triton" else "baseline"
+    header = ["metric", "modelyard", other, f"modelyard / {other.split()[0]}", "better"]
     for section, rows in sections.items():
         parts.append(f"### {section}\n\n" + report.table(header, rows))
     return "\n\n".join(parts)
@@ -337,9 +351,10 @@ def write_tables(shared: Path, out_dir: Path, stamp: str, records: list[RunRecor
             runs[rec.server].append(doc)
     text = [f"## modelyard vs Triton 2.51 ({stamp})", "",
             summary_header(records, runs, args_text, load)]  # fmt: skip
-    if runs["modelyard"] and runs["triton"]:
-        text += ["", compare_tables(report, runs)]
-    else:
+    compared = [other for other in ("triton", "baseline") if runs["modelyard"] and runs[other]]
+    for other in compared:
+        text += ["", f"## modelyard against {other}", "", compare_tables(report, runs, other)]
+    if not compared:
         text += ["", "(no comparison: a server has no results)"]
     for name in SERVERS:
         paths = [r.path for r in records if r.server == name and r.path.exists()]
@@ -382,8 +397,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--servers",
-        default=",".join(SERVERS),
-        help="which servers, in the order they alternate (default: modelyard,triton)",
+        default="modelyard,triton",
+        help="which servers, in the order they alternate (default: modelyard,triton; "
+        "'baseline' with --baseline)",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also serve modelyard from another checkout (e.g. a `git worktree` of an older "
+        "commit) as the server 'baseline', alternating with the others; add it to --servers",
     )
     p.add_argument(
         "--tables-only",
@@ -397,6 +420,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not order or set(order) - set(SERVERS):
         p.error(f"--servers takes names from: {', '.join(SERVERS)}")
     args.order = order
+    if ("baseline" in order) != (args.baseline is not None):
+        p.error("--baseline CHECKOUT and 'baseline' in --servers go together")
     unknown = {s.strip() for s in args.scenarios.split(",") if s.strip()} - set(ALL_SCENARIOS)
     if unknown:
         p.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
@@ -431,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         print(path.read_text())
         return 0
 
-    launchers = servers(shared, tuple(shlex.split(args.modelyard_args)))
+    launchers = servers(shared, tuple(shlex.split(args.modelyard_args)), args.baseline)
     load = os.getloadavg()
     print(f"load average: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores "
           f"({platform.node()})", flush=True)  # fmt: skip

@@ -25,6 +25,15 @@ from tests.serverproc import ServerProcess, start_server
 
 ENDPOINTS = ("http", "grpc", "metrics")
 START_TIMEOUT_S = 120.0  # a guard for a loaded machine, not a speed limit
+# A differential test's setup starts the reference Triton and modelyard and probes both: on a
+# loaded 2-core machine that can take longer than the suite's 120 s per test.
+REFERENCE_TEST_TIMEOUT_S = 600
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("reference") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(REFERENCE_TEST_TIMEOUT_S))
 
 
 class Serving:

@@ -136,6 +136,7 @@ def test_dev_points_at_a_model_broken_from_the_start(tmp_path: Path) -> None:
             "'no_such_module_here'\""
         )
         server.wait_for_log('"      import no_such_module_here"')
+        server.wait_for_log("for changes")  # (edits before this line could go unseen)
         mark = len(server.output())
         _write(model_py, model_py.read_text().replace("import no_such_module_here", ""), tmp_path)
         server.wait_for_log("loaded 'add_sub' version 1 in", start=mark)

@@ -286,6 +286,34 @@ def test_the_module_map_lists_every_module() -> None:
     assert sorted(listed - present) == [], "modules in the map that do not exist"
 
 
+def test_only_the_ray_package_imports_ray() -> None:
+    """Ray is an optional extra: nothing outside ``modelyard.ray`` imports it."""
+    outside = [
+        f"{imp.module} (line {imp.line})"
+        for imp in imports(SRC)
+        if imp.target.split(".")[0] == "ray" and not _within(imp.module, "modelyard.ray")
+    ]
+    assert outside == []
+
+
+def test_modelyard_works_without_ray() -> None:
+    """The server and its command line import without Ray (``--ray`` asks for the extra)."""
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["ray"] = None  # as if it were not installed
+        import modelyard, modelyard.server, modelyard.cli.main
+        from modelyard.cli.main import build_parser
+        build_parser().parse_args(["serve", "--model-repository", "x", "--ray", "auto"])
+        print(sorted(m for m in sys.modules if m == "ray" or m.startswith("ray.")))
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=SRC
+    )
+    assert run.stdout.split() == ["['ray']"]  # only the stand-in
+
+
 def test_a_worker_process_loads_no_server_module() -> None:
     """What a worker process imports: the entry the server starts, and nothing of the
     server's side (core, scheduling, serving, frontends, the server part)."""

@@ -52,7 +52,7 @@ async def _start(core: InferenceServer, repositories: list[str]) -> Watcher:
             for line in describe(entry.reason):
                 log.error("%s", line)
     watcher = Watcher(core, [Path(r).absolute() for r in repositories])
-    watcher.start()
+    await watcher.start()
     log.info("watching %s for changes", ", ".join(repositories))
     return watcher
 
@@ -66,8 +66,12 @@ class Watcher:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Start watching; returns once changes are seen (awatch sets up its inotify watch
+        synchronously in its first step, which the one loop round here lets run: an edit made
+        after "watching ... for changes" is never missed)."""
         self._task = asyncio.get_running_loop().create_task(self._run())
+        await asyncio.sleep(0)
 
     async def close(self) -> None:
         self._stop.set()

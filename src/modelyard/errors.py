@@ -9,6 +9,7 @@ below the frontends knows about HTTP or gRPC.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 
 class ErrorCode(enum.IntEnum):
@@ -55,6 +56,18 @@ class ModelyardError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.code.name}: {self.message!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross process boundaries (Ray): keep the class, code, message and attributes
+        # (the default pickling would call __init__ with the message alone).
+        return (_restore, (type(self), self.message, self.__dict__))
+
+
+def _restore(cls: type[ModelyardError], message: str, attrs: dict[str, Any]) -> ModelyardError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(attrs)
+    return err
 
 
 class InvalidArgument(ModelyardError):

@@ -22,6 +22,8 @@ import time
 from dataclasses import asdict, dataclass
 
 ROOT = "modelyard"
+# The line a server prints once its initial model load is over (tests and tools wait for it).
+INITIAL_LOAD_DONE = "initial model load done"
 _MODEL = "modelyard.model"
 
 # pb_utils.Logger levels (Triton's numbering) -> Python levels; VERBOSE is verbose level 1.

@@ -105,7 +105,12 @@ async def start_frontends(
             from modelyard.frontends.http.server import start_http_server
 
             http = start_http_server(
-                core, args.http_address, args.http_port, fe.http_limits, fe.http_restrictions
+                core,
+                args.http_address,
+                args.http_port,
+                fe.http_limits,
+                fe.http_restrictions,
+                fe.dashboard,
             )
             frontends.append(await _bind("HTTP service", args.http_address, args.http_port, http))
         if args.allow_metrics:
@@ -200,7 +205,7 @@ def missing_repositories(paths: list[str]) -> list[str]:
     return out
 
 
-INITIAL_LOAD_DONE = "initial model load done"  # the line tests and tools wait for
+INITIAL_LOAD_DONE = logs.INITIAL_LOAD_DONE  # the line tests and tools wait for
 
 
 async def run_server(
@@ -309,7 +314,17 @@ def serve(args: argparse.Namespace, setup: Any | None = None) -> int:
     retain_freed_memory(args.heap_retain_mb << 20)
     fe = frontend_options(args, raise_fd_limit())
     loop = os.environ.get("MODELYARD_EVENT_LOOP", "uvloop")
-    if loop == "uvloop":
+    if getattr(args, "ray", ""):
+        try:
+            from modelyard.ray.driver import run
+        except ImportError as e:
+            if not (e.name or "").startswith("ray"):
+                raise
+            raise SystemExit(
+                f"--ray needs Ray Serve, which is not installed ({e}): pip install 'modelyard[ray]'"
+            ) from None
+        code = run(args, fe, options_from_args(args))
+    elif loop == "uvloop":
         import uvloop
 
         code = uvloop.run(run_server(args, fe, setup))

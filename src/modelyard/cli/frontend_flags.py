@@ -20,6 +20,7 @@ from modelyard.frontends.http.limits import (
 from modelyard.frontends.restricted import (
     GROUPS,
     GRPC_HEADER_PREFIX,
+    HTTP_GROUPS,
 )
 
 
@@ -44,7 +45,7 @@ def add_frontend_flags(s: argparse.ArgumentParser) -> None:
         default=[],
         metavar="API[,API...]:KEY=VALUE",
         help="restrict HTTP APIs to requests carrying header KEY with VALUE "
-        f"(else 403); repeatable; APIs: {allowed}",
+        f"(else 403); repeatable; APIs: {', '.join(HTTP_GROUPS)}",
     )
     s.add_argument(
         "--grpc-restricted-protocol",

@@ -9,6 +9,7 @@ from collections.abc import MutableMapping, Sequence
 
 from modelyard.bench.args import add_parser as add_bench_parser
 from modelyard.cli.frontend_flags import add_frontend_flags
+from modelyard.cli.ray_flags import add_ray_flags
 from modelyard.heap import DEFAULT_RETAIN_MB
 
 # gRPC settings read from the environment when grpc is first imported, so set before that.
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run the inference server", formatter_class=_HelpFormatter)
     add_serve_flags(s)
+    add_ray_flags(s)  # (not dev's: the dev server is one process)
     d = sub.add_parser(
         "dev",
         help="serve a repository in-process and reload the models you edit",
@@ -161,6 +163,7 @@ def add_serve_flags(s: argparse.ArgumentParser, repository_required: bool = True
     _flag(s, "--allow-http", True, "serve HTTP/REST")
     _flag(s, "--allow-grpc", True, "serve gRPC")
     _flag(s, "--allow-metrics", True, "serve Prometheus metrics")
+    _flag(s, "--allow-dashboard", True, "serve the read-only dashboard at /dashboard (HTTP port)")
     _flag(
         s,
         "--allow-client-shm",

@@ -340,7 +340,8 @@ class InferenceServer(ModelControl):
 
     # -- statistics and settings ------------------------------------------------------------
 
-    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+    async def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """Triton's statistics extension (a coroutine: on a cluster it asks the replicas)."""
         if not name:
             stats = [
                 mv.stats.as_dict()
@@ -359,6 +360,27 @@ class InferenceServer(ModelControl):
                 )
             return {"model_stats": [entry.versions[v].stats.as_dict()]}
         return {"model_stats": [mv.stats.as_dict() for _, mv in sorted(entry.versions.items())]}
+
+    def live_statistics(self) -> list[dict[str, Any]]:
+        """Per loaded version, the last minute second by second (``serving/live.py``) and
+        its cumulative counts: what the dashboard shows."""
+        out = []
+        now = time.monotonic_ns()
+        for e in sorted(self.registry.entries.values(), key=lambda e: e.name):
+            for v, mv in sorted(e.versions.items()):
+                stats = mv.stats
+                out.append(
+                    {
+                        "name": e.name,
+                        "version": str(v),
+                        "success": stats.success.count,
+                        "fail": stats.fail.count,
+                        "inference_count": stats.inference_count,
+                        "execution_count": stats.execution_count,
+                        **stats.live.snapshot(now),
+                    }
+                )
+        return out
 
     # -- system shared memory (serving/shm_regions.py) ----------------------------------------
 

@@ -90,8 +90,7 @@ class ModelControl:
         log.info("loading: %s", name)
         started = time.monotonic()
         try:
-            core = cast("InferenceServer", self)  # (the base of InferenceServer only)
-            versions = await load_model(name, str(location), self.options.load, core, override)
+            versions = await self._load_versions(name, str(location), override)
         except EnsembleLoadError as e:
             if not entry.versions:  # Triton lists such an ensemble with no state
                 entry.state, entry.reason = "", ""
@@ -122,6 +121,13 @@ class ModelControl:
         for mv in versions:
             log.info("successfully loaded '%s' version %d in %.2f s", name, mv.version, took)
         return old
+
+    async def _load_versions(
+        self, name: str, location: str, override: Any | None
+    ) -> list[ModelVersion]:
+        """Start the versions a load of ``name`` selects (on a Ray cluster: deploy them)."""
+        core = cast("InferenceServer", self)  # (the base of InferenceServer only)
+        return await load_model(name, location, self.options.load, core, override)
 
     async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         self.registry.scan()

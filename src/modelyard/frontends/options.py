@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 from modelyard.frontends.http.limits import HttpLimits, default_max_connections
 from modelyard.frontends.restricted import (
+    GROUPS,
     GRPC_HEADER_PREFIX,
+    HTTP_GROUPS,
     RestrictionError,
     Restrictions,
     parse_restrictions,
@@ -20,6 +22,7 @@ class FrontendOptions:
     http_limits: HttpLimits
     http_restrictions: Restrictions
     grpc_restrictions: Restrictions
+    dashboard: bool = True  # serve /dashboard on the HTTP port
 
 
 def frontend_options(args: argparse.Namespace, fd_limit: int) -> FrontendOptions:
@@ -35,13 +38,19 @@ def frontend_options(args: argparse.Namespace, fd_limit: int) -> FrontendOptions
         max_connections=args.http_max_connections or default_max_connections(fd_limit),
     )
     flags = (
-        ("http-restricted-api", args.http_restricted_api, "api", ""),
-        ("grpc-restricted-protocol", args.grpc_restricted_protocol, "protocol", GRPC_HEADER_PREFIX),
+        ("http-restricted-api", args.http_restricted_api, "api", "", HTTP_GROUPS),
+        (
+            "grpc-restricted-protocol",
+            args.grpc_restricted_protocol,
+            "protocol",
+            GRPC_HEADER_PREFIX,
+            GROUPS,
+        ),
     )
     parsed: list[Restrictions] = []
-    for option, values, kind, prefix in flags:
+    for option, values, kind, prefix, known in flags:
         try:
-            parsed.append(parse_restrictions(values, option, kind, prefix))
+            parsed.append(parse_restrictions(values, option, kind, prefix, known))
         except RestrictionError as e:
             raise SystemExit(f'Bad option: "--{option}".\n{e}') from None
-    return FrontendOptions(limits, parsed[0], parsed[1])
+    return FrontendOptions(limits, parsed[0], parsed[1], args.allow_dashboard)

@@ -35,6 +35,13 @@ GROUPS = (
     LOGGING,
 )
 
+# modelyard's pseudo-group for the HTTP dashboard (no Triton API; --http-restricted-api
+# only). Unless it is restricted itself, the dashboard is guarded by each of the groups
+# whose data it shows.
+DASHBOARD = "dashboard"
+HTTP_GROUPS = (*GROUPS, DASHBOARD)
+DASHBOARD_SHOWS = (STATISTICS, MODEL_REPOSITORY, TRACE)
+
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 
 
@@ -77,15 +84,20 @@ def _split_option(arg: str, option: str) -> tuple[str, str, str]:
 
 
 def parse_restrictions(
-    values: Iterable[str], option: str, kind: str, header_prefix: str = ""
+    values: Iterable[str],
+    option: str,
+    kind: str,
+    header_prefix: str = "",
+    known: tuple[str, ...] = GROUPS,
 ) -> Restrictions:
     """Parse every value of one flag (``option`` without dashes; ``kind`` is 'api' or
-    'protocol', the word Triton's messages use). Raises RestrictionError."""
+    'protocol', the word Triton's messages use; ``known``: the groups it accepts). Raises
+    RestrictionError."""
     restrictions = Restrictions()
     for arg in values:
         names, header, value = _split_option(arg, option)
         for name in names.split(","):
-            if name not in GROUPS:
+            if name not in known:
                 raise RestrictionError(f"unknown restricted {kind} '{name}'")
             if name in restrictions.groups:
                 raise RestrictionError(

@@ -110,27 +110,30 @@ def _memory() -> tuple[int, int]:
 
 def render_core(core: InferenceServer, cpu: CpuSampler) -> bytes:
     versions = [mv for e in list(core.registry.entries.values()) for mv in e.versions.values()]
+    return render_stats([(mv.stats, mv.scheduler.pending) for mv in versions], cpu)
+
+
+def render_stats(versions: list[tuple[ModelStats, int]], cpu: CpuSampler) -> bytes:
+    """The server's metrics from each version's statistics and pending-request count."""
     out: list[str] = []
     for name, doc, get in _COUNTERS:
         out += [f"# HELP {name} {doc}", f"# TYPE {name} counter"]
-        for mv in versions:
-            model, version = ("model", mv.name), ("version", str(mv.version))
+        for stats, _ in versions:
+            model, version = ("model", stats.name), ("version", stats.version)
             if name == "nv_inference_request_failure":
                 for reason in FAILURE_REASONS:
-                    n = mv.stats.fail_reasons.get(reason, 0)
+                    n = stats.fail_reasons.get(reason, 0)
                     out.append(f"{name}{labels_text([model, ('reason', reason), version])} {n}")
             else:
-                out.append(f"{name}{labels_text([model, version])} {get(mv.stats)}")
+                out.append(f"{name}{labels_text([model, version])} {get(stats)}")
     name = "nv_inference_pending_request_count"
     out += [
         f"# HELP {name} Instantaneous number of pending requests awaiting execution per-model.",
         f"# TYPE {name} gauge",
     ]
-    for mv in versions:
-        pending = mv.scheduler.pending
-        out.append(
-            f"{name}{labels_text([('model', mv.name), ('version', str(mv.version))])} {pending}"
-        )
+    for stats, pending in versions:
+        labels = labels_text([("model", stats.name), ("version", stats.version)])
+        out.append(f"{name}{labels} {pending}")
     total, used = _memory()
     for name, doc, value in _server_gauges(cpu.utilization(), total, used):
         out += [f"# HELP {name} {doc}", f"# TYPE {name} gauge", f"{name} {number(value)}"]
@@ -147,4 +150,4 @@ def _server_gauges(cpu: float, total: int, used: int) -> list[tuple[str, str, An
     ]
 
 
-__all__ = ["CpuSampler", "render_core"]
+__all__ = ["CpuSampler", "render_core", "render_stats"]

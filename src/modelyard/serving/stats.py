@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from modelyard.serving.live import LiveWindow
+
 # Triton's failure reasons, in the order its metrics list them.
 FAILURE_REASONS = ("OTHER", "BACKEND", "CANCELED", "REJECTED")
 
@@ -48,6 +50,8 @@ class ModelStats:
     batches: dict[int, BatchStat] = field(default_factory=dict)
     # Failed requests by Triton's reason (the metrics' ``reason`` label).
     fail_reasons: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
+    # The last minute, second by second, for the dashboard (not part of Triton's shape).
+    live: LiveWindow = field(default_factory=LiveWindow)
 
     def record_success(
         self, t_received: int, t_queued: int, t_start: int, t_end: int, batch: int
@@ -60,6 +64,7 @@ class ModelStats:
             self.compute_infer.add(t_end - t_start)
             self.compute_input.add(0)
             self.compute_output.add(0)
+        self.live.success(t_received, t_queued, t_start, t_end)
 
     def record_execution(self, batch_size: int, infer_ns: int) -> None:
         """One model execution of ``batch_size`` (recorded by the scheduler, per batch)."""
@@ -70,11 +75,13 @@ class ModelStats:
         stat.compute_infer.add(infer_ns)
         stat.compute_input.add(0)
         stat.compute_output.add(0)
+        self.live.execution(batch_size, time.monotonic_ns())
 
     def record_failure(self, t_received: int, t_end: int, reason: str = "BACKEND") -> None:
         self.last_inference_ms = int(time.time() * 1000)
         self.fail.add(t_end - t_received)
         self.fail_reasons[reason] = self.fail_reasons.get(reason, 0) + 1
+        self.live.failure(t_end)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -70,8 +70,8 @@ def model_config(core: InferenceServer, model: str, version: str) -> Response:
     return json_response(core.model_config_json(model, version))
 
 
-def statistics(core: InferenceServer, model: str, version: str) -> Response:
-    return json_value_response(core.statistics(model, version))
+async def statistics(core: InferenceServer, model: str, version: str) -> Response:
+    return json_value_response(await core.statistics(model, version))
 
 
 # -- repository --------------------------------------------------------------------------------

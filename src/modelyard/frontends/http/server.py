@@ -13,6 +13,10 @@ Restricted APIs (``--http-restricted-api``) are checked as Triton checks them: o
 matches an endpoint, before its method, ``403 {"error":"This API is restricted, expecting
 header '<key>'"}`` unless the request carries the header (any case) with the exact value.
 Each endpoint's group is the one Triton's handler for it checks.
+
+``/dashboard`` (``--allow-dashboard``, on by default) is modelyard's: its group is the
+``dashboard`` pseudo-group when that is restricted, else it is guarded by each of
+``statistics``, ``model-repository`` and ``trace`` that is (it shows what they show).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
+from modelyard.dashboard.routes import PREFIX as DASHBOARD_PREFIX
+from modelyard.dashboard.routes import Dashboard
 from modelyard.errors import ModelyardError, Unsupported
 from modelyard.frontends import restricted as groups
 from modelyard.frontends.http import handlers
@@ -124,16 +130,31 @@ class _Guard:
                 return None if given == value else denied
         return denied
 
+    def check_dashboard(self, request: Request) -> Response | None:
+        """The dashboard's own group if it has one, else every group whose data it shows."""
+        if groups.DASHBOARD in self.groups:
+            return self.check(request, groups.DASHBOARD)
+        for group in groups.DASHBOARD_SHOWS:
+            denied = self.check(request, group)
+            if denied is not None:
+                return denied
+        return None
+
 
 class _Router:
     """The ASGI application: ``await router(scope, receive, send)``."""
 
     def __init__(
-        self, core: InferenceServer, limits: HttpLimits | None = None, guard: _Guard | None = None
+        self,
+        core: InferenceServer,
+        limits: HttpLimits | None = None,
+        guard: _Guard | None = None,
+        dashboard: bool = False,
     ):
         self.core = core
         self.limits = limits or HttpLimits()
         self.guard = guard
+        self.dashboard = Dashboard(core) if dashboard else None
         self.fixed: dict[str, Fixed] = self._fixed_routes()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -201,7 +222,7 @@ class _Router:
             "/v2/health/ready": (get, lambda _: handlers.health(core, "ready"), groups.HEALTH),
             "/v2/models/stats": (
                 get,
-                sync(lambda: handlers.statistics(core, "", "")),
+                lambda _: handlers.statistics(core, "", ""),
                 groups.STATISTICS,
             ),
             "/v2/logging": (
@@ -259,6 +280,12 @@ class _Router:
                 if guard and (denied := guard.check(request, groups.MODEL_REPOSITORY)):
                     return denied
                 return await self._repository(request, method, m)
+        if self.dashboard is not None and (
+            path == DASHBOARD_PREFIX or path.startswith(DASHBOARD_PREFIX + "/")
+        ):
+            if guard and (denied := guard.check_dashboard(request)):
+                return denied
+            return await self.dashboard.handle(request, path)
         return _NOT_FOUND
 
     async def _model(self, request: Request, method: str, m: re.Match[str]) -> Response | None:
@@ -285,7 +312,7 @@ class _Router:
         if kind == "stats":
             if method != "GET":
                 return _NOT_ALLOWED
-            return handlers.statistics(core, model, version)
+            return await handlers.statistics(core, model, version)
         if kind == "trace/setting":
             if method not in ("GET", "POST"):
                 return _NOT_ALLOWED
@@ -337,10 +364,12 @@ async def start_http_server(
     port: int,
     limits: HttpLimits | None = None,
     restrictions: groups.Restrictions | None = None,
+    dashboard: bool = False,
 ) -> HttpServer:
-    """Bind and serve; logs ``Started HTTPService at {host}:{port}`` once bound."""
+    """Bind and serve; logs ``Started HTTPService at {host}:{port}`` once bound.
+    ``dashboard``: also serve the read-only page at ``/dashboard``."""
     limits = limits or HttpLimits()
     guard = _Guard(restrictions) if restrictions else None
-    server = await serve_asgi(_Router(core, limits, guard), host, port, limits)
+    server = await serve_asgi(_Router(core, limits, guard, dashboard), host, port, limits)
     log.info("Started HTTPService at %s:%d", host, server.port)
     return HttpServer(server, host)

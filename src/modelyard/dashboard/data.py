@@ -1,0 +1,56 @@
+"""The dashboard's JSON: models with their state and live statistics, the BLS call graph,
+the last traces. Read-only views of the core; nothing here changes the server."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from modelyard.core.index import repository_index
+
+if TYPE_CHECKING:
+    from modelyard.core.api import InferenceServer
+
+DEFAULT_TRACES = 20
+MAX_TRACES = 100
+
+# How to turn tracing on, for the page to show while it is off.
+TRACING_HELP = (
+    "Start the server with --trace-config triton,file=PATH (or --trace-config "
+    "mode=opentelemetry) and --trace-config level=TIMESTAMPS --trace-config rate=1; "
+    "with a trace mode set, the trace-setting API turns it on at run time "
+    '(POST /v2/trace/setting {"trace_level": ["TIMESTAMPS"]}).'
+)
+
+
+def models(core: InferenceServer) -> dict[str, Any]:
+    """Every model of the repository index (versions, state, reason) as the server knows it
+    (no rescan of the repositories: the page polls), each loaded version with its live
+    statistics (``serving/live.py``) under ``live``."""
+    index = repository_index(core.registry, False)
+    live = {(s["name"], s["version"]): s for s in core.live_statistics()}
+    rows = []
+    for item in index:
+        row = dict(item)
+        stats = live.pop((item["name"], item.get("version", "")), None)
+        if stats is not None:
+            row["live"] = {k: v for k, v in stats.items() if k not in ("name", "version")}
+        rows.append(row)
+    for (name, version), stats in sorted(live.items()):  # loaded, gone from the index
+        rows.append({"name": name, "version": version, "state": "READY", "live": stats})
+    meta = core.server_metadata()
+    return {"server": {"name": meta["name"], "version": meta["version"]}, "models": rows}
+
+
+def call_graph(core: InferenceServer) -> dict[str, Any]:
+    """The BLS calls observed since the start: caller -> callee edges."""
+    return {"edges": core.call_graph.snapshot()}
+
+
+def traces(core: InferenceServer, limit: int = DEFAULT_TRACES) -> dict[str, Any]:
+    """Whether tracing is on (with the global settings, or how to turn it on) and the last
+    ``limit`` finished traces, newest first."""
+    on = core.tracer.on
+    tracing: dict[str, Any] = {"on": on, "settings": core.get_trace_settings()}
+    if not on:
+        tracing["help"] = TRACING_HELP
+    return {"tracing": tracing, "traces": core.traces.recent(min(limit, MAX_TRACES))}

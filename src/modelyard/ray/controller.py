@@ -1,0 +1,380 @@
+"""The cluster's model control: one actor (owned by the ``modelyard serve --ray`` process)
+whose core loads a model by deploying each of its versions as a Serve application and unloads
+it by deleting them. The core's own model control does the rest as on one server: control
+modes, one load per model at a time, reloads that keep the old versions serving until the new
+ones run (a new application per load), ensembles after their steps, the repository index and
+its states, Triton's error texts (a replica that fails to load reports the core's error).
+
+Frontends and replicas mirror the controller's table of serving versions (``table``: a long
+poll that answers as soon as the table changes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import ray
+from google.protobuf import json_format
+from ray import serve
+from ray.serve.api import RunTarget
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from modelyard import logs
+from modelyard.backends.instance import Instance
+from modelyard.config import render
+from modelyard.core.api import InferenceServer
+from modelyard.core.ensembles import load_ensemble
+from modelyard.core.lifecycle import read_config
+from modelyard.core.model_version import ModelVersion
+from modelyard.core.options import ServerOptions
+from modelyard.core.validation import signature_from_config
+from modelyard.errors import InternalError, ModelyardError, Unavailable
+from modelyard.ray.plan import DeploymentPlan, infeasible, plan_deployment
+from modelyard.ray.replica import ModelReplica, ReplicaSpec
+from modelyard.ray.table import DEPLOYMENT, Table, VersionRecord
+from modelyard.serving.context import RequestContext
+from modelyard.serving.stats import ModelStats
+
+log = logging.getLogger("modelyard")
+T = TypeVar("T")
+
+# Serve's client API is not thread-safe (building a deployment registers and unregisters
+# modules with cloudpickle, process-wide): every call the controller makes goes through this
+# one thread, off the event loop.
+_SERVE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="modelyard-serve")
+
+
+async def serve_call(fn: Callable[..., T], *args: Any) -> T:
+    return await asyncio.get_running_loop().run_in_executor(_SERVE_THREAD, fn, *args)
+
+
+STICKY_ROUTER = "modelyard.ray.router.StickyRouter"  # (imported by Serve where it routes)
+STATUS_POLL_S = 0.25  # how often a deploy or delete in progress looks at Serve's status
+
+
+@dataclass
+class ClusterSpec:
+    options: ServerOptions
+    log_config: logs.LogConfig
+    app_prefix: str  # every application of this server: "<prefix>/<model>/<version>/<load>"
+    replica_cpus: float  # CPUs per replica unless the model's ray_num_cpus says otherwise
+    deploy_timeout: float  # how long a version may take to start before its load fails
+    env_vars: dict[str, str]  # environment of the replicas
+
+
+class Controller:
+    """The controller actor (see the module doc); every method answers errors as values."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        logs.configure(spec.log_config)
+        logging.getLogger("ray.serve").setLevel(logging.WARNING)  # (see driver.quiet_ray)
+        self.core = ClusterCore(spec, ray.get_runtime_context().current_actor)
+
+    async def start(self) -> list[str]:
+        """Remove what a crashed server of the same prefix left, then load the models the
+        control mode asks for; returns the names that failed."""
+        await self.core.remove_leftovers()
+        return await self.core.start()
+
+    async def table(self, known: int, wait: float) -> Table:
+        return await self.core.table(known, wait)
+
+    async def load_model(
+        self, name: str, config: str | None, files: dict[str, bytes] | None, from_model: bool
+    ) -> tuple[ModelyardError | None, int]:
+        try:
+            await self.core.load_model(name, config, files, from_model)
+        except Exception as e:
+            return _portable(e), self.core.generation
+        return None, self.core.generation
+
+    async def unload_model(
+        self, name: str, unload_dependents: bool, from_model: bool
+    ) -> tuple[ModelyardError | None, int]:
+        try:
+            await self.core.unload_model(name, unload_dependents, from_model)
+        except Exception as e:
+            return _portable(e), self.core.generation
+        return None, self.core.generation
+
+    async def repository_index(self, ready_only: bool) -> list[dict[str, Any]]:
+        return await self.core.repository_index(ready_only)
+
+    async def check_ready(self) -> bool:
+        return await self.core.check_ready()
+
+    async def stop(self) -> bool:
+        """Delete every application (in-flight requests drain within the exit timeout)."""
+        return await self.core.stop()
+
+
+def _portable(e: Exception) -> ModelyardError:
+    if isinstance(e, ModelyardError):
+        return e
+    log.exception("model control failed", exc_info=e)
+    return InternalError(f"{type(e).__name__}: {e}")
+
+
+class ClusterCore(InferenceServer):
+    """The controller's core: a model version loads as a Serve application (see module doc)."""
+
+    def __init__(self, spec: ClusterSpec, controller: Any) -> None:
+        super().__init__(spec.options)
+        self.spec = spec
+        self.controller = controller
+        self.generation = 0
+        self._changed = asyncio.Event()
+        self._leaving: set[str] = set()  # unloading: out of the table while they drain
+        self._files: dict[str, dict[str, bytes] | None] = {}
+        self._loads = itertools.count(1)
+
+    # -- the table ------------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        self.generation += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def table(self, known: int, wait: float) -> Table:
+        if known >= self.generation:
+            try:
+                await asyncio.wait_for(self._changed.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+        models: dict[str, list[VersionRecord]] = {}
+        for name, entry in self.registry.entries.items():
+            if name in self._leaving:
+                continue
+            for _, mv in sorted(entry.versions.items()):
+                app = mv.instances[0]
+                if isinstance(app, DeployedVersion):
+                    models.setdefault(name, []).append(app.record)
+        return self.generation, models
+
+    # -- loading and unloading -----------------------------------------------------------
+
+    async def _load(
+        self,
+        name: str,
+        override: Any | None = None,
+        files: dict[str, bytes] | None = None,
+        from_model: bool = False,
+    ) -> None:
+        self._files[name] = files  # the replicas materialise them on their own nodes
+        await super()._load(name, override, files, from_model)
+
+    async def _load_locked(
+        self, name: str, override: Any | None, model_dir: Any
+    ) -> dict[int, ModelVersion]:
+        old = await super()._load_locked(name, override, model_dir)
+        self._publish()  # the new versions serve; the old ones drain
+        return old
+
+    async def _unload(self, name: str, from_model: bool = False) -> None:
+        self._leaving.add(name)
+        self._publish()
+        try:
+            await super()._unload(name, from_model)
+        finally:
+            self._leaving.discard(name)
+            self._publish()
+
+    async def _load_versions(
+        self, name: str, location: str, override: Any | None
+    ) -> list[ModelVersion]:
+        raw = read_config(name, location, override)
+        if raw.platform == "ensemble":
+            # The core's checks (step models loaded first, maps against their signatures).
+            await load_ensemble(name, location, raw, self)
+        plan = plan_deployment(name, raw, location, self.spec.replica_cpus)
+        nodes = await serve_call(ray.nodes)
+        why = infeasible(plan.resources, [n["Resources"] for n in nodes if n.get("Alive")])
+        if why:
+            raise Unavailable(f"model '{name}' cannot be deployed: {why}")
+        load = next(self._loads)
+        apps = {v: f"{self.spec.app_prefix}/{name}/{v}/{load}" for v in plan.versions}
+
+        def deploy() -> None:
+            targets = [
+                RunTarget(
+                    self._deployment(plan).bind(self._replica(plan, v)), name=app, route_prefix=None
+                )
+                for v, app in apps.items()
+            ]
+            serve.run_many(targets, wait_for_applications_running=False)
+
+        await serve_call(deploy)
+        try:
+            await self._wait_running(name, list(apps.values()))
+            described = await asyncio.gather(
+                *(
+                    serve.get_deployment_handle(
+                        DEPLOYMENT, app_name=app, _check_exists=False
+                    ).describe.remote()
+                    for app in apps.values()
+                )
+            )
+        except BaseException:
+            await delete_apps(list(apps.values()), self.spec.options.exit_timeout)
+            raise
+        errors = [error for _, error in described if error is not None]
+        if errors:
+            await delete_apps(list(apps.values()), self.spec.options.exit_timeout)
+            raise errors[0]
+        versions = []
+        for (v, app), (config, _) in zip(apps.items(), described, strict=True):
+            record = VersionRecord(name, v, app, config, plan.sticky)
+            versions.append(self._version(record))
+        return versions
+
+    def _version(self, record: VersionRecord) -> ModelVersion:
+        cfg = ModelConfig.FromString(record.config)
+        return ModelVersion(
+            name=record.name,
+            version=record.version,
+            config=cfg,
+            config_json=render.config_to_json(cfg),
+            signature=signature_from_config(cfg),
+            decoupled=bool(cfg.model_transaction_policy.decoupled),
+            instances=[DeployedVersion(record, self.spec.options.exit_timeout)],
+            scheduler=NoRequests(),
+            stats=ModelStats(record.name, str(record.version)),
+        )
+
+    def _deployment(self, plan: DeploymentPlan) -> Any:
+        options: dict[str, Any] = {
+            "name": DEPLOYMENT,
+            "ray_actor_options": {
+                **plan.actor_options,
+                "runtime_env": {"env_vars": dict(self.spec.env_vars)},
+            },
+            "max_ongoing_requests": plan.max_ongoing_requests,
+            "graceful_shutdown_wait_loop_s": 0.1,
+            "graceful_shutdown_timeout_s": max(0.1, self.spec.options.exit_timeout),
+            "logging_config": {"log_level": "WARNING", "enable_access_log": False},
+        }
+        if plan.autoscaling is not None:
+            options["autoscaling_config"] = plan.autoscaling
+        else:
+            options["num_replicas"] = plan.num_replicas
+        if plan.max_replicas_per_node is not None:
+            options["max_replicas_per_node"] = plan.max_replicas_per_node
+        if plan.sticky:
+            options["request_router_config"] = {"request_router_class": STICKY_ROUTER}
+        return serve.deployment(**options)(ModelReplica)
+
+    def _replica(self, plan: DeploymentPlan, version: int) -> ReplicaSpec:
+        opts = self.spec.options
+        return ReplicaSpec(
+            name=plan.name,
+            version=version,
+            config_json=json_format.MessageToJson(plan.replica_config(version)),
+            shown=plan.shown.SerializeToString(),
+            options=replace(opts, control_mode="explicit", load_models=[], allow_client_shm=False),
+            log_config=replace(self.spec.log_config, log_file=""),
+            controller=self.controller,
+            files=self._files.get(plan.name),
+        )
+
+    async def _wait_running(self, name: str, apps: list[str]) -> None:
+        """Until every application runs; a failed or slow start fails the load with Serve's
+        words for it."""
+        deadline = time.monotonic() + self.spec.deploy_timeout
+        while True:
+            status = await serve_call(serve.status)
+            states = [status.applications.get(app) for app in apps]
+            if all(s is not None and s.status == "RUNNING" for s in states):
+                return
+            for s in states:
+                if s is not None and s.status == "DEPLOY_FAILED":
+                    raise Unavailable(
+                        f"model '{name}' failed to start on the Ray cluster: {_why(s)}"
+                    )
+            if time.monotonic() > deadline:
+                detail = "; ".join(_why(s) for s in states if s is not None)
+                raise Unavailable(
+                    f"model '{name}' did not start on the Ray cluster within "
+                    f"{self.spec.deploy_timeout:g} s (--ray-deploy-timeout-secs)"
+                    + (f": {detail}" if detail else "")
+                )
+            await asyncio.sleep(STATUS_POLL_S)
+
+    async def remove_leftovers(self) -> None:
+        status = await serve_call(serve.status)
+        mine = [app for app in status.applications if app.startswith(self.spec.app_prefix + "/")]
+        if mine:
+            log.warning(
+                "removing %d Serve applications a previous server left on the cluster: %s",
+                len(mine),
+                ", ".join(sorted(mine)),
+            )
+            await delete_apps(mine, self.spec.options.exit_timeout)
+
+
+def _why(app_status: Any) -> str:
+    parts = [app_status.message] if app_status.message else []
+    for d in app_status.deployments.values():
+        if d.message:
+            parts.append(d.message)
+    return " ".join(parts) or app_status.status
+
+
+async def delete_apps(apps: list[str], timeout: float) -> bool:
+    """Delete Serve applications (their replicas drain within ``timeout``); True once gone."""
+    for app in apps:
+        await serve_call(serve.delete, app, False)
+    deadline = time.monotonic() + timeout + 10.0
+    while time.monotonic() < deadline:
+        status = await serve_call(serve.status)
+        if not any(app in status.applications for app in apps):
+            return True
+        await asyncio.sleep(STATUS_POLL_S)
+    log.error("Serve applications still present after delete: %s", ", ".join(apps))
+    return False
+
+
+class DeployedVersion(Instance):
+    """A model version's Serve application, as the controller's core sees an instance:
+    stopping it deletes the application."""
+
+    def __init__(self, record: VersionRecord, exit_timeout: float) -> None:
+        self.record = record
+        self.name = record.app
+        self.exit_timeout = exit_timeout
+
+    async def start(self) -> None:
+        return None  # deployed by ClusterCore._load_versions
+
+    async def execute(self, batch: list[RequestContext]) -> None:
+        raise InternalError("the controller runs no requests")
+
+    async def stop(self) -> None:
+        try:
+            await delete_apps([self.record.app], self.exit_timeout)
+        except Exception as e:  # the cluster is going away
+            log.error("deleting '%s' failed: %s", self.record.app, e)
+
+
+class NoRequests:
+    """The controller's scheduler: requests go to the deployments, never here."""
+
+    pending = 0
+
+    def submit(self, ctx: RequestContext) -> None:
+        raise Unavailable("the controller runs no requests")
+
+    def close(self, shutdown: bool = False) -> None:
+        return None
+
+    async def drain(self, timeout: float) -> bool:
+        return True
+
+    def abort(self, queued: ModelyardError, running: ModelyardError) -> None:
+        return None

@@ -1,0 +1,171 @@
+"""The scheduler of a remote model version: each request goes to the version's Serve
+deployment through a handle (``infer`` for one response, ``infer_stream`` for a decoupled
+model's stream), wherever its replicas run.
+
+The caller's core has already validated the request (with the model's own messages); the
+replica validates again and runs it with its own scheduler. Tensors travel as numpy arrays:
+Ray puts those of 100 KiB or more in its object store, and the receiver gets a read-only view
+of them. A cancelled request cancels the Ray call (the replica's request sees
+``is_cancelled()``); Ray's failures become error responses with Triton's codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import ray.exceptions
+from ray import serve
+from ray.serve import exceptions as serve_exceptions
+
+from modelyard.errors import Cancelled, InternalError, ModelyardError, Unavailable
+from modelyard.ray.table import DEPLOYMENT, VersionRecord
+from modelyard.scheduling.base import refusal
+from modelyard.serving.context import RequestContext
+from modelyard.types import InferRequest, InferResponse
+
+log = logging.getLogger("modelyard")
+
+
+class RemoteScheduler:
+    """Forwards each request to the deployment of one model version (see the module doc)."""
+
+    def __init__(self, record: VersionRecord, decoupled: bool) -> None:
+        self.record = record
+        self.decoupled = decoupled
+        self._handle: Any = None
+        self._stream: Any = None
+        self._calls: set[asyncio.Task[None]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+        self._shutdown = False
+
+    @property
+    def pending(self) -> int:
+        return 0  # requests queue in the replicas (their schedulers count them)
+
+    def handle(self, ctx: RequestContext | None = None) -> Any:
+        """The deployment's handle (streaming for a decoupled model's requests); for a
+        sequence model's request, one that routes by its correlation id."""
+        if self._handle is None:
+            # No existence check: it would block the loop on Serve's controller; the table
+            # only lists running applications.
+            self._handle = serve.get_deployment_handle(
+                DEPLOYMENT, app_name=self.record.app, _check_exists=False
+            )
+            self._stream = self._handle.options(stream=True)
+        if ctx is None:
+            return self._handle
+        handle = self._stream if self.decoupled else self._handle
+        if self.record.sticky and ctx.request.correlation_id:
+            # Every router hashes the same key over the same replicas: one sequence, one replica.
+            handle = handle.options(session_id=str(ctx.request.correlation_id))
+        return handle
+
+    def submit(self, ctx: RequestContext) -> None:
+        if self._closed and not (self._shutdown and ctx.nested):
+            raise refusal(self.record.name, ctx, self._shutdown)
+        now = time.monotonic_ns()
+        ctx.t_queued = ctx.t_start = now  # from here on a cancel reaches the replica
+        request = _wire(ctx.request)
+        handle = self.handle(ctx)
+        try:
+            if self.decoupled:
+                call = handle.infer_stream.remote(request)
+            else:
+                call = handle.infer.remote(request)
+        except Exception as e:
+            raise ray_error(e, self.record) from None
+        ctx.on_cancel = call.cancel
+        task = asyncio.get_running_loop().create_task(self._relay(ctx, call))
+        self._calls.add(task)
+        self._idle.clear()
+        task.add_done_callback(self._call_done)
+        if ctx.cancelled:  # cancelled before the call existed
+            call.cancel()
+
+    def _call_done(self, task: asyncio.Task[None]) -> None:
+        self._calls.discard(task)
+        if not self._calls:
+            self._idle.set()
+
+    async def _relay(self, ctx: RequestContext, call: Any) -> None:
+        r = ctx.request
+        try:
+            if self.decoupled:
+                async for resp in call:
+                    ctx.send(resp)
+                    if resp.final:
+                        break
+            else:
+                ctx.send(await call)
+        except asyncio.CancelledError:
+            if not ctx.cancelled:
+                raise  # this task itself was cancelled (shutdown)
+            ctx.send(InferResponse(r.model_name, r.model_version, r.id, error=_cancelled()))
+        except Exception as e:
+            ctx.send(
+                InferResponse(r.model_name, r.model_version, r.id, error=ray_error(e, self.record))
+            )
+        finally:
+            if not ctx.done:  # a stream that ended without its final response
+                err = Unavailable(f"the response stream of model '{r.model_name}' ended early")
+                ctx.send(InferResponse(r.model_name, r.model_version, r.id, error=err))
+
+    def close(self, shutdown: bool = False) -> None:
+        if not self._closed:
+            self._closed, self._shutdown = True, shutdown
+
+    async def drain(self, timeout: float) -> bool:
+        self.close()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def abort(self, queued: ModelyardError, running: ModelyardError) -> None:
+        self.close(shutdown=True)
+        for task in list(self._calls):
+            task.cancel()
+
+
+def _cancelled() -> Cancelled:
+    return Cancelled("Request was cancelled")
+
+
+def _wire(request: InferRequest) -> InferRequest:
+    """What crosses to the replica: the validated request (shared-memory bindings are local to
+    a process and are not served on a cluster)."""
+    if request.shm_inputs or request.shm_outputs:
+        raise InternalError("client shared memory is not available on a Ray cluster")
+    return request
+
+
+def ray_error(e: BaseException, record: VersionRecord) -> ModelyardError:
+    """The error response for a Ray failure of a call to ``record``'s deployment."""
+    where = f"model '{record.name}' version {record.version}"
+    if isinstance(e, ModelyardError):
+        return e
+    if isinstance(e, serve_exceptions.RequestCancelledError | ray.exceptions.TaskCancelledError):
+        return _cancelled()
+    if isinstance(e, ray.exceptions.RayActorError):
+        return Unavailable(
+            f"{where}: the replica running the request died ({type(e).__name__}); "
+            "Ray replaces it, retry the request"
+        )
+    if isinstance(e, serve_exceptions.DeploymentUnavailableError):
+        return Unavailable(f"{where} is no longer deployed")
+    if isinstance(e, serve_exceptions.BackPressureError):
+        return Unavailable(f"{where}: every replica is at its request limit")
+    if isinstance(e, ray.exceptions.RayTaskError):
+        cause = e.cause if isinstance(e.cause, BaseException) else e
+        if isinstance(cause, ModelyardError):
+            return cause
+        log.error("call to %s failed: %s", where, e)
+        return InternalError(f"{where}: {type(cause).__name__}: {cause}")
+    log.error("call to %s failed: %r", where, e)
+    return InternalError(f"{where}: {type(e).__name__}: {e}")

@@ -1,0 +1,201 @@
+"""A replica of one model version's Serve deployment: modelyard's own core with that one
+version loaded (its backend, its scheduler: dynamic batching per replica), and a mirror of
+every other model of the cluster, so that the model's BLS calls reach their targets'
+deployments. The core's host is :class:`RayHost`: the backends are unchanged.
+
+Serve calls ``infer`` (one response) or ``infer_stream`` (a decoupled model's responses, as
+they come); ``stats`` and ``metrics`` are broadcast to every replica by the frontends.
+A model that fails to load does not fail the replica (Serve would retry it for minutes): the
+replica reports the error through ``describe`` and the controller deletes the deployment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from modelyard import logs
+from modelyard.core.api import InferenceServer
+from modelyard.core.host import CoreHost
+from modelyard.core.model_version import ModelVersion
+from modelyard.core.options import ServerOptions
+from modelyard.errors import ModelyardError
+from modelyard.metrics import custom
+from modelyard.ray.remote import RemoteScheduler
+from modelyard.ray.table import POLL_WAIT_S, Mirror, Table
+from modelyard.serving.stats import ModelStats
+from modelyard.types import InferRequest, InferResponse
+
+log = logging.getLogger("modelyard")
+
+
+@dataclass
+class ReplicaSpec:
+    """What a replica is told by the controller that deploys it."""
+
+    name: str
+    version: int
+    config_json: str  # the config the replica loads (one instance, this version only)
+    shown: bytes  # a ModelConfig with the instance groups and version policy to show
+    options: ServerOptions
+    log_config: logs.LogConfig
+    controller: Any  # the controller's actor handle
+    files: dict[str, bytes] | None = None  # the load request's file: overrides
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ReplicaCore(InferenceServer):
+    """The core of one replica: loads its own model only and keeps why a load failed."""
+
+    def __init__(self, spec: ReplicaSpec) -> None:
+        super().__init__(spec.options)
+        self.spec = spec
+        self.load_error: BaseException | None = None
+
+    async def _load_versions(
+        self, name: str, location: str, override: Any | None
+    ) -> list[ModelVersion]:
+        if name != self.spec.name:  # (ensembles find their steps in the mirror)
+            raise ModelyardError(f"model '{name}' is not deployed on the Ray cluster")
+        try:
+            return await super()._load_versions(name, location, override)
+        except BaseException as e:  # the core words it for the client; the controller re-raises
+            self.load_error = e
+            raise
+
+
+class RayHost(CoreHost):
+    """The :class:`~modelyard.serving.host.ModelHost` of a model in a replica: requests go
+    through the replica's core (its own model, or the mirrored deployments of the others);
+    model control goes to the cluster's controller (deploy, delete); readiness is the
+    cluster's."""
+
+    def __init__(self, core: ReplicaCore, controller: Any) -> None:
+        super().__init__(core)
+        self.controller = controller
+        self.mirror: Mirror | None = None
+
+    async def load_model(
+        self, name: str, config: str | None, files: dict[str, bytes] | None
+    ) -> None:
+        error, generation = await self.controller.load_model.remote(name, config, files, True)
+        await self._caught_up(generation)
+        if error is not None:
+            raise error
+
+    async def unload_model(self, name: str, unload_dependents: bool) -> None:
+        error, generation = await self.controller.unload_model.remote(name, unload_dependents, True)
+        await self._caught_up(generation)
+        if error is not None:
+            raise error
+
+    async def _caught_up(self, generation: int) -> None:
+        if self.mirror is not None:
+            await self.mirror.wait_for(generation)
+
+
+class ModelReplica:
+    """The class of every model deployment (see the module doc)."""
+
+    # Serve awaits an async constructor on the replica's event loop, where the core runs.
+    async def __init__(self, spec: ReplicaSpec) -> None:  # type: ignore[misc]
+        logs.configure(spec.log_config)
+        self.spec = spec
+        self.core = core = ReplicaCore(spec)
+        host = RayHost(core, spec.controller)
+        core.host = host  # before any load: the backends take the host at load time
+
+        async def fetch(known: int) -> Table:
+            table: Table = await spec.controller.table.remote(known, POLL_WAIT_S)
+            return table
+
+        self.mirror = host.mirror = Mirror(
+            core, fetch, RemoteScheduler, local=(spec.name, spec.version)
+        )
+        await self.mirror.start()
+        self.version: ModelVersion | None = None
+        try:
+            await core.load_model(spec.name, spec.config_json, spec.files)
+            self.version = core.get_version(spec.name, str(spec.version))
+        except ModelyardError:
+            pass  # reported by describe()
+        except Exception:
+            log.exception("loading '%s' version %d failed", spec.name, spec.version)
+        core._started = True
+
+    async def describe(self) -> tuple[bytes, BaseException | None]:
+        """The version's config as the cluster shows it, or why it failed to load."""
+        if self.version is None:
+            error = self.core.load_error or ModelyardError(
+                f"failed to load '{self.spec.name}' version {self.spec.version}"
+            )
+            return b"", error
+        cfg = ModelConfig()
+        cfg.CopyFrom(self.version.config)
+        shown = ModelConfig.FromString(self.spec.shown)
+        del cfg.instance_group[:]
+        cfg.instance_group.extend(shown.instance_group)
+        cfg.version_policy.CopyFrom(shown.version_policy)
+        return cfg.SerializeToString(), None
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        fut: asyncio.Future[InferResponse] = asyncio.get_running_loop().create_future()
+
+        def on_response(resp: InferResponse) -> None:
+            if resp.final and not fut.done():
+                fut.set_result(resp)
+
+        try:
+            ctx = self.core.submit(request, on_response)
+        except ModelyardError as e:
+            return _error(request, e)
+        try:
+            return await fut
+        except asyncio.CancelledError:  # the caller cancelled: the model sees is_cancelled()
+            ctx.cancel()
+            raise
+
+    async def infer_stream(self, request: InferRequest) -> AsyncIterator[InferResponse]:
+        queue: asyncio.Queue[InferResponse] = asyncio.Queue()
+        try:
+            ctx = self.core.submit(request, queue.put_nowait)
+        except ModelyardError as e:
+            yield _error(request, e)
+            return
+        try:
+            while True:
+                resp = await queue.get()
+                yield resp
+                if resp.final:
+                    return
+        finally:
+            if not ctx.done:
+                ctx.cancel()
+
+    async def stats(self) -> tuple[ModelStats, int]:
+        """This replica's statistics of its version, and its queued requests."""
+        mv = self.version
+        if mv is None:
+            return ModelStats(self.spec.name, str(self.spec.version)), 0
+        return mv.stats, mv.scheduler.pending
+
+    async def metrics(self) -> custom.Snapshot:
+        """The custom metric families (pb_utils.MetricFamily) of this replica's model."""
+        return await custom.gather(self.core)
+
+    async def check_ready(self) -> bool:
+        return await self.core.check_model_ready(self.spec.name, str(self.spec.version))
+
+    async def __del__(self) -> None:
+        # Serve's graceful shutdown: in-flight requests have drained; finalize the model.
+        await self.mirror.stop()
+        await self.core.stop()
+
+
+def _error(request: InferRequest, error: ModelyardError) -> InferResponse:
+    return InferResponse(request.model_name, request.model_version, request.id, error=error)
