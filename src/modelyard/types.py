@@ -153,6 +153,9 @@ class InferRequest:
     # Tracing (modelyard.tracing): the sampled trace of a client request (frontends), or
     # where a request a traced request makes hangs (BLS calls, ensemble steps). None: untraced.
     trace: Any = None
+    # Where the instance that runs the request may send its final response itself (a BLS
+    # call's caller; opaque to the core, which still gets the response's outcome).
+    reply_to: Any = None
 
 
 @dataclass(slots=True)
@@ -169,3 +172,6 @@ class InferResponse:
     # The model itself answered with this error response; Triton's statistics count the
     # request as a success (only a failed execution, queueing or scheduling is a failure).
     model_error: bool = False
+    # The instance already sent this response to the request's ``reply_to``: what passes
+    # through the core is its outcome only (no outputs), for statistics and bookkeeping.
+    delivered: bool = False

@@ -64,7 +64,8 @@ class ModelHost(Protocol):
         decoupled and has an idle instance that ``accept`` allows, claim that instance,
         validate the request (ModelyardError), call ``run(instance, ctx)`` on this thread and
         record the model's statistics; returns the responses it delivered meanwhile. None:
-        nothing was run, take the ordinary path (``submit``)."""
+        nothing was run, take the ordinary path (``submit``). Called on a model's thread, or
+        on the event loop (an in-process ``async_exec``), where it must not wait."""
         ...
 
     async def load_model(

@@ -142,7 +142,10 @@ class HarnessHost:
         fake = self.fakes.get(name)
         if fake is not None:  # on the caller's thread, like a direct call
             return call_fake(fake, request, decoupled=False)
-        if self._first_use(name):  # a model thread: it may wait for the load
+        if self._first_use(name):
+            if asyncio.events._get_running_loop() is self._loop:
+                return None  # the loop cannot wait for the load: the ordinary path does
+            # a model thread: it may wait for the load
             asyncio.run_coroutine_threadsafe(self.ensure_loaded(name), self._loop).result()
         return self._core_host.run_direct(request, chain, accept, run)
 

@@ -30,7 +30,7 @@ from modelyard.scheduling.default import DefaultScheduler
 from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse
 from tests.conftest import Serving
-from tests.helpers import MODES, grpc_input, http_input, wait_until_async
+from tests.helpers import MODES, grpc_input, http_input, wait_until, wait_until_async
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.timeout(60)
 BLS_MODELS = [
     "bls_echo", "bls_driver", "bls_relay", "bls_passthrough", "bls_versioned", "bls_fail",
     "bls_slow", "bls_square", "bls_async_fanout", "bls_async_iter", "bls_async_decoupled",
-    "bls_self_pair",
+    "bls_self_pair", "bls_async_relay",
 ]  # fmt: skip
 TIMEOUT_S = 10.0  # every client call is bounded by this
 PREFIX = "Model {} - Error when running inference: "
@@ -286,6 +286,33 @@ def test_timeout_gives_request_timeout_expired(served: Served, tmp_path: Path) -
         gate.touch()  # lets the callee go
     assert result["has_error"] is True
     assert result["message"] == "Request timeout expired"
+
+
+def test_an_async_exec_callee_that_waits_does_not_hold_up_the_server(
+    served: Served, tmp_path: Path
+) -> None:
+    # In-process, async_exec() runs a quick leaf callee inline on the event loop. Here the
+    # callee is quick, then takes 20 ms once (inline: it held the loop that long), is quick
+    # again, then waits for the test's gate: the server must answer meanwhile.
+    def relay(client: httpclient.InferenceServerClient, **params: Any) -> np.ndarray:
+        inputs = [http_input("INPUT0", X, "FP32")]
+        res = client.infer("bls_async_relay", inputs, parameters={"model": "bls_slow", **params})
+        out: np.ndarray = res.as_numpy("OUTPUT0")
+        return out
+
+    client = served.http()
+    for delay in [0] * 5 + [20] + [0] * 20:
+        np.testing.assert_array_equal(relay(client, delay_ms=delay), X)
+    gate, entered = tmp_path / "gate", tmp_path / "entered"
+    with ThreadPoolExecutor(1) as pool:  # (a tritonclient.http client serves one thread)
+        params = {"delay_ms": 30_000, "gate": str(gate), "entered": str(entered)}
+        waiting = pool.submit(lambda: relay(served.http(), **params))
+        try:
+            wait_until(entered.exists, what="the callee to start")
+            assert client.is_server_live()  # (the client gives up after TIMEOUT_S)
+        finally:
+            gate.touch()
+        np.testing.assert_array_equal(waiting.result(TIMEOUT_S), X)
 
 
 def test_generous_timeout_succeeds_and_reaches_the_callee(served: Served) -> None:

@@ -122,5 +122,9 @@ def test_bls_loop_leaves_no_shared_memory_behind(served: Served) -> None:
         counts.append(len(glob.glob(f"/dev/shm/modelyard-{pid}-*")))
         rss.append(_rss_mb(pid))
     assert counts[0] > 0  # the tensors did travel through shared memory
-    assert counts == [counts[0]] * 5, f"/dev/shm segments after each 4,000 calls: {counts}"
+    # A pool keeps as many segments as were ever in use at once. A reply sent straight from
+    # the callee's worker may let the caller start its next call before the server has
+    # dropped its view of the last call's input: a rare interleaving that adds one segment
+    # once. A leak adds segments round after round.
+    assert counts[-1] <= counts[0] + 1, f"/dev/shm segments after each 4,000 calls: {counts}"
     assert rss[-1] - rss[0] < 40, f"RSS (MB) of server and workers: {rss}"

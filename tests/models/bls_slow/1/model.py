@@ -11,6 +11,8 @@ class TritonPythonModel:
         for request in requests:
             params = json.loads(request.parameters() or "{}")
             delay = params.get("delay_ms", 1000) / 1000
+            if "entered" in params:  # tells the test that execute has started
+                open(params["entered"], "w").close()
             if "gate" in params:  # wait for the test to create this file; delay_ms bounds it
                 end = time.monotonic() + delay
                 while not os.path.exists(params["gate"]) and time.monotonic() < end:

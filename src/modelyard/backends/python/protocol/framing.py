@@ -154,6 +154,15 @@ class BlockingChannel:
         with self._wlock:
             self._sock.sendall(frame(self._encoder, value))
 
+    def decode_datagram(self, data: bytes) -> Any:
+        """What a datagram holding one frame holds (None when it does not decode)."""
+        try:
+            with memoryview(data) as view:
+                return self._decode(view[4:])
+        except (msgspec.DecodeError, ValueError) as e:
+            _undecodable(e)
+            return None
+
     def has_frame(self) -> bool:
         """Whether a whole frame is already buffered (poll would not report it)."""
         buf = self._rbuf

@@ -67,6 +67,9 @@ class RequestItem(_Payload):
     # A traced request: (its trace context for request.trace(), "" in Triton mode; the id
     # of the span the model's own spans and BLS calls hang under). None: not traced.
     trace: tuple[str, int] | None = None
+    # A BLS call from another worker: (the caller's inbox, its call id). The worker may send
+    # the final response there itself (inbox.py) and tell the server only its outcome.
+    reply_to: tuple[str, int] | None = None
 
 
 class ModelSetup(_Payload):
@@ -186,12 +189,15 @@ class Executed(_Message, tag=14):
     """The answer to :class:`Execute`: one response (or None) per request, and the indices of
     the requests the model rescheduled. ``responses`` is None when the model's
     ``async def execute`` runs on: the instance may take the next batch, and the outcome comes
-    later as :class:`AsyncExecuted`."""
+    later as :class:`AsyncExecuted`. ``direct``: the indices of the requests whose response
+    went straight to their caller (``RequestItem.reply_to``); theirs here carry only the
+    error, if any."""
 
     call_id: int
     responses: list[Response | None] | None
     rescheduled: tuple[int, ...]
     error: ErrorReply | None
+    direct: tuple[int, ...] = ()
 
 
 class AsyncExecuted(_Message, tag=15):
@@ -201,6 +207,7 @@ class AsyncExecuted(_Message, tag=15):
     responses: list[Response | None] | None
     rescheduled: tuple[int, ...]
     error: ErrorReply | None
+    direct: tuple[int, ...] = ()
 
 
 class Send(_Message, tag=16):

@@ -47,7 +47,7 @@ class ShmPool:
     """Segments this side writes into. Thread-safe: FREE messages arrive on another thread."""
 
     def __init__(self, prefix: str, enabled: bool = True, limit_bytes: int = 4 << 30):
-        self._prefix = prefix
+        self.prefix = prefix
         self._limit = limit_bytes
         self._lock = threading.Lock()
         self._free: dict[int, list[_Segment]] = {}
@@ -70,7 +70,7 @@ class ShmPool:
             if self._owned_bytes + size > self._limit:
                 return None
             self._count += 1
-            name = f"{self._prefix}-{self._count}"
+            name = f"{self.prefix}-{self._count}"
             self._owned_bytes += size
         seg = self._create(name, size)
         with self._lock:
@@ -193,6 +193,21 @@ def unpack(packed: PackedTensor, mapper: ShmMapper) -> tuple[str, str, np.ndarra
         return name, datatype, data
     segment, nbytes = data
     return name, datatype, mapper.view(segment, datatype, shape, nbytes)
+
+
+def segments(tensors: list[PackedTensor]) -> list[str]:
+    """The names of the pool segments ``tensors`` refer to."""
+    out = []
+    for _, _, _, data in tensors:
+        # [segment, nbytes] (a client region's output is [WRITTEN, nbytes]: not a segment)
+        if type(data) is list and len(data) == 2 and type(data[0]) is str and data[0][:1] != "@":
+            out.append(data[0])
+    return out
+
+
+def owner(segment: str) -> str:
+    """The prefix of the pool that made ``segment`` (ShmPool names are ``<prefix>-<n>``)."""
+    return segment.rpartition("-")[0]
 
 
 def sweep(prefix: str) -> None:

@@ -194,8 +194,11 @@ class WorkerCalls:
             if final:
                 ended = True
                 self._streams.pop(call_id, None)
-            self._reply(call_id, self._payload(resp), final)
+            if not resp.delivered:  # (the worker that ran it answered the caller itself)
+                self._reply(call_id, self._payload(resp), final)
 
+        if not msg.decoupled and worker.inbox:
+            request.reply_to = (worker.inbox, call_id)
         caller = worker.name if msg.blocking else ""
         cancel = start_bls(
             host, request, msg.decoupled, chain, emit, caller, parents, worker.spec.model_name

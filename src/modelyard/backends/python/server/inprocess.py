@@ -31,7 +31,7 @@ from modelyard.backends.python.server.inprocess_runtime import (
     on_loop,
     tensor_data,
 )
-from modelyard.backends.python.server.isolation import import_isolated
+from modelyard.backends.python.server.isolation import import_isolated, may_call_server
 from modelyard.backends.python.server.readiness import UserReadiness, check_result
 from modelyard.backends.python.server.reschedule import reschedule
 from modelyard.errors import InternalError, ModelyardError
@@ -44,6 +44,15 @@ if TYPE_CHECKING:
     from modelyard.tracing.trace import RequestTrace
 
 log = logging.getLogger("modelyard")
+
+# An async_exec() on the server's event loop runs the target's sync execute right there (no
+# thread hop) only while its executions stay this short on average: longer ones would hold
+# up every frontend, and run on the instance's thread instead.
+INLINE_MAX_S = 0.001
+_EWMA = 0.25  # weight of the newest execution in the running average
+# An execution this long shows the model can wait (on I/O, a lock): it never runs inline again
+# (inline, the wait would hold up every frontend).
+INLINE_NEVER_S = 0.01
 
 
 class InProcessInstance(Instance):
@@ -61,6 +70,13 @@ class InProcessInstance(Instance):
         self.iterative = release_flags.is_iterative(spec.config_json)
         self._user_ready = UserReadiness(self.name, self._probe_is_ready)
         self._ready_thread: ThreadPoolExecutor | None = None  # runs a sync is_ready()
+        # Whether execute may run inline on the event loop (see inline_ok): the model's code
+        # names no call that waits for the server, it has made none, and it runs short.
+        self._leaf = False
+        self.calls_out = False  # set by the runtime on the model's first BLS or control call
+        self._waits = False  # an execution took INLINE_NEVER_S or longer
+        self._run_s = INLINE_MAX_S  # running average of execute's duration
+        self._runs = 0
 
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         rt = self.runtime
@@ -83,8 +99,10 @@ class InProcessInstance(Instance):
         self._outputs = [o["name"] for o in json.loads(spec.config_json).get("output", [])]
         package = f"_modelyard_inprocess.{spec.model_name}_v{spec.version}_{spec.instance_name}"
         self.runtime.package = package
+        files: list[str] = []
         try:
-            module = await self._in_thread(import_isolated, spec.model_file, package)
+            module = await self._in_thread(import_isolated, spec.model_file, package, files)
+            self._leaf = not may_call_server(files)
             cls = getattr(module, "TritonPythonModel", None)
             if cls is None:
                 raise InternalError(
@@ -154,6 +172,26 @@ class InProcessInstance(Instance):
         self._thread.shutdown(wait=False)
 
     # -- execute ------------------------------------------------------------------------
+
+    @property
+    def inline_ok(self) -> bool:
+        """A sync execute that may run inline on the event loop (an async_exec() there): it
+        cannot block on the loop (its code names no BLS or model-control call, and it made
+        none) and its executions have been short: on average, and never long."""
+        return (
+            self.sync_execute
+            and self._leaf
+            and not self.calls_out
+            and not self._waits
+            and self._runs > 0
+            and self._run_s < INLINE_MAX_S
+        )
+
+    def _timed(self, seconds: float) -> None:
+        if seconds >= INLINE_NEVER_S:
+            self._waits = True
+        self._runs += 1
+        self._run_s = seconds if self._runs == 1 else self._run_s + _EWMA * (seconds - self._run_s)
 
     def _request(self, ctx: RequestContext, direct: bool = False) -> Any:
         r = ctx.request
@@ -277,12 +315,14 @@ class InProcessInstance(Instance):
         def run() -> Any:
             TLS.chain, TLS.instance = chain, self.name
             token = PARENTS.set(parents)
+            t0 = time.perf_counter()
             try:
                 with pb.runtime_context(rt):
                     if traced is not None:
                         return self._traced_execute(traced, batch, requests)
                     return self.model.execute(requests)
             finally:
+                self._timed(time.perf_counter() - t0)
                 PARENTS.reset(token)
                 TLS.chain, TLS.instance = frozenset(), ""
 
@@ -325,12 +365,16 @@ class InProcessInstance(Instance):
         TLS.instance = self.name
         token = PARENTS.set(tuple(batch))
         traced = first_traced(batch)
+        rt = self.runtime
+        assert rt is not None
+        t0 = time.perf_counter()
         try:
-            with pb.runtime_context(self.runtime):
+            with pb.runtime_context(rt):
                 if traced is not None:
                     returned = self._traced_execute(traced, batch, requests)
                 else:
                     returned = self.model.execute(requests)
+            self._timed(time.perf_counter() - t0)
             self._collect(batch, requests, returned)
             self._release(batch, requests)
         except _BatchError as e:

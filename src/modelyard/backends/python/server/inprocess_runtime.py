@@ -102,14 +102,14 @@ class InProcessRuntime:
         chain: frozenset[str] = getattr(TLS, "chain", frozenset())
         return chain  # empty on threads that are not running a sync batch: they hold nothing
 
-    def _direct(self, request: InferRequest) -> Any:
+    def _direct(self, request: InferRequest, accept: Callable[[Any], bool] | None = None) -> Any:
         """A sync BLS call to an idle in-process instance with a sync execute runs right here,
         on the caller's thread: no event-loop hop, no thread switch, no copy. Returns None
         when the call must take the ordinary path (busy target, other backend, errors)."""
         t0 = time.monotonic_ns()
         graph = self.host.tracer.call_graph
         try:
-            box = self.host.run_direct(request, self._chain, _runs_sync, _run_direct)
+            box = self.host.run_direct(request, self._chain, accept or _runs_sync, _run_direct)
         except ModelyardError as e:  # the request does not fit the model
             graph.record(self.model_name, request.model_name, time.monotonic_ns() - t0, True)
             text = f"Model {request.model_name} - Error when running inference: {e.message}"
@@ -143,7 +143,13 @@ class InProcessRuntime:
             self.host, request, decoupled, chain, emit, caller, parents, self.model_name
         )
 
+    def _calling(self) -> None:
+        # The model makes calls that wait for the server: never run it inline on the loop.
+        if self.instance is not None:
+            self.instance.calls_out = True
+
     def exec(self, request: Any, decoupled: bool) -> Any:
+        self._calling()
         if on_loop(self.loop):
             raise pb.TritonModelException(
                 "exec() would block the server's event loop: in `async def execute` use "
@@ -172,9 +178,37 @@ class InProcessRuntime:
         return Stream(replies, cancel)
 
     def async_exec(self, request: Any, decoupled: bool) -> Any:
-        return self._async_exec(request, decoupled)
+        self._calling()
+        core_request = self._core_request(request)
+        if on_loop(self.loop):
+            if not decoupled and not core_request.timeout_us:
+                # An idle target whose short sync execute cannot block on the loop runs right
+                # here, as a direct exec() does on a model's thread (InProcessInstance.inline_ok).
+                direct = self._direct(core_request, _runs_inline)
+                if direct is not None:
+                    done: asyncio.Future[Any] = self.loop.create_future()
+                    done.set_result(direct)
+                    return done
+            return self._async_exec(core_request, decoupled, PARENTS.get())
+        # Called on one of the model's threads (for a loop of its own): the direct path is
+        # safe here, and the ordinary one runs on the server's loop.
+        if not decoupled and not core_request.timeout_us:
+            direct = self._direct(core_request)
+            if direct is not None:
+                return _resolved(direct)
+        return self._async_exec_from_thread(core_request, decoupled, PARENTS.get())
 
-    async def _async_exec(self, request: Any, decoupled: bool) -> Any:
+    async def _async_exec_from_thread(
+        self, core_request: InferRequest, decoupled: bool, parents: tuple[RequestContext, ...]
+    ) -> Any:
+        started = asyncio.run_coroutine_threadsafe(
+            self._async_exec(core_request, decoupled, parents), self.loop
+        )
+        return await asyncio.wrap_future(started)
+
+    async def _async_exec(
+        self, core_request: InferRequest, decoupled: bool, parents: tuple[RequestContext, ...]
+    ) -> Any:
         import queue as queue_mod
 
         replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
@@ -186,8 +220,7 @@ class InProcessRuntime:
             if final and not done.done():
                 done.set_result(None)
 
-        core_request = self._core_request(request)
-        cancel = self._start(core_request, decoupled, sink, frozenset(), "", PARENTS.get())
+        cancel = self._start(core_request, decoupled, sink, frozenset(), "", parents)
         # Triton models iterate the awaited value with a plain `for` on this very loop, which
         # could never deliver later responses: wait for the final one, then hand them over
         # (so a cancel() of that iterator finds the call ended: nothing left to cancel).
@@ -208,6 +241,7 @@ class InProcessRuntime:
         self.host.log(ModelLogRecord(level, message, filename, line, instance))
 
     def _control(self, op: str, coro: Any) -> Any:
+        self._calling()
         if on_loop(self.loop):
             coro.close()
             raise pb.TritonModelException("model control from the event loop thread would block it")
@@ -238,6 +272,15 @@ class InProcessRuntime:
 def _runs_sync(instance: Any) -> bool:
     # Only in-process instances with a sync execute have ``sync_execute`` set.
     return bool(getattr(instance, "sync_execute", False))
+
+
+def _runs_inline(instance: Any) -> bool:
+    # In-process instances whose execute may run on the event loop (see inline_ok).
+    return bool(getattr(instance, "inline_ok", False))
+
+
+async def _resolved(value: Any) -> Any:
+    return value
 
 
 def _run_direct(instance: Any, ctx: RequestContext) -> None:

@@ -62,11 +62,12 @@ class _SiblingFinder(importlib.abc.MetaPathFinder):
 sys.meta_path.append(_SiblingFinder())
 
 
-def import_isolated(model_file: str, package: str) -> Any:
+def import_isolated(model_file: str, package: str, files: list[str] | None = None) -> Any:
     """Import ``model_file`` as ``<package>.<stem>`` with its folder as the package, keeping
     the sibling modules it imports private to it. A reload imports the files afresh (the
     instances of the previous load keep their module objects). A failed import raises
-    InternalError with the file, line and source line of the mistake."""
+    InternalError with the file, line and source line of the mistake. ``files`` collects the
+    source files of the modules the import loaded from the model's repository."""
     version_dir = os.path.dirname(model_file)
     model_dir = os.path.dirname(version_dir)
     stem = os.path.splitext(os.path.basename(model_file))[0]
@@ -95,9 +96,13 @@ def import_isolated(model_file: str, package: str) -> Any:
             # Sibling modules imported by absolute name (`import helper`) leave sys.modules so
             # the next model's `import helper` finds its own; the model keeps its references.
             root = os.path.realpath(model_dir) + os.sep
+            repository = os.path.dirname(root.rstrip(os.sep)) + os.sep
             for name in set(sys.modules) - before:
                 path = getattr(sys.modules[name], "__file__", None) or ""
-                if not name.startswith(package) and os.path.realpath(path).startswith(root):
+                real = os.path.realpath(path)
+                if files is not None and real.startswith(repository) and os.path.isfile(path):
+                    files.append(path)
+                if not name.startswith(package) and real.startswith(root):
                     del sys.modules[name]
     return module
 
@@ -128,3 +133,29 @@ async def auto_complete_in_process(
         raise
     except BaseException as e:
         raise InternalError(format_exception(e)) from None
+
+
+# What a model calls to reach the server and wait for it: a model that names none of these
+# cannot block on the server's event loop (see InProcessInstance.inline_ok).
+_SERVER_CALLS = frozenset({"exec", "async_exec", "load_model", "unload_model", "is_model_ready"})
+
+
+def may_call_server(files: list[str]) -> bool:
+    """Whether the code in ``files`` names a call that waits for the server (BLS or model
+    control): any code object using one of those names (attribute or global), or a file that
+    cannot be read and compiled (assumed to)."""
+    if not files:
+        return True
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                code = compile(f.read(), path, "exec", dont_inherit=True)
+        except (OSError, SyntaxError, ValueError):
+            return True
+        todo = [code]
+        while todo:
+            c = todo.pop()
+            if not _SERVER_CALLS.isdisjoint(c.co_names):
+                return True
+            todo.extend(k for k in c.co_consts if isinstance(k, type(code)))
+    return False

@@ -32,7 +32,8 @@ def pack_request(
     may_write_outputs: bool,
 ) -> RequestItem:
     """The Execute item for one request; ``region_tokens`` collects the client regions the
-    worker may map because of it."""
+    worker may map because of it. ``may_write_outputs``: the response may bypass the server
+    (outputs into client regions, replies straight to a BLS caller)."""
     r = ctx.request
     refs = r.shm_inputs
     inputs = [
@@ -55,6 +56,7 @@ def pack_request(
         r.timeout_us,
         dests,
         None if ctx.trace is None else ctx.trace.worker_info(),
+        r.reply_to if may_write_outputs else None,
     )
 
 

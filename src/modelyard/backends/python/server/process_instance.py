@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import modelyard
-from modelyard.backends.python.protocol import framing, tensor_pool
+from modelyard.backends.python.protocol import framing, inbox, tensor_pool
 from modelyard.backends.python.protocol.messages import (
     AsyncExecuted,
     Autocomplete,
@@ -60,6 +60,9 @@ log = logging.getLogger("modelyard")
 
 _worker_ids = itertools.count(1)
 WORKER_MODULE = "modelyard.backends.python.worker"  # the worker process's entry (__main__.py)
+# Workers by the prefix of their own segment pool: a FREE for a segment of one worker that
+# another worker viewed (a reply sent straight to it, inbox.py) reaches its owner this way.
+_by_pool: dict[str, PythonWorker] = {}
 
 
 @dataclass
@@ -95,6 +98,8 @@ class PythonWorker(WorkerRequests, WorkerHealth):
         self._wid = next(_worker_ids)
         self._prefix = f"modelyard-{os.getpid()}-{self._wid}"
         self._pool = tensor_pool.ShmPool(self._prefix + "-s", enabled=spec.shm_enabled)
+        # Where other workers send this one's BLS replies ("" for none; see inbox.py).
+        self.inbox = inbox.inbox_path(str(self._wid))
         self.mapper = tensor_pool.ShmMapper(self._on_segment_released)
         self._running: list[RequestContext] = []
         # A batch sent while another runs: the worker starts it the moment the running one
@@ -112,6 +117,7 @@ class PythonWorker(WorkerRequests, WorkerHealth):
         # request key -> context, while a response may still come
         self._live: dict[int, RequestContext] = {}
         self._async_batches: dict[int, list[int]] = {}  # execute call id -> request keys
+        self._batch_keys: dict[int, list[int]] = {}  # ... while the batch runs
         self._early_results: dict[int, AsyncExecuted] = {}  # read before their Executed
         self._keys = itertools.count(1)
         self._alive = False  # the process is connected
@@ -128,11 +134,12 @@ class PythonWorker(WorkerRequests, WorkerHealth):
 
     async def spawn(self) -> None:
         self._loop = asyncio.get_running_loop()
+        _by_pool[self._prefix + "-w"] = self  # (again after a restart: close() removed it)
         # Wait for READY from now on: it may arrive while the connection is still being set
         # up (when the loop was busy meanwhile), and must not be dropped then.
         self._calls[0] = self._loop.create_future()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        args = (str(child.fileno()), self._prefix + "-w")
+        args = (str(child.fileno()), self._prefix + "-w", self.inbox)
         env = self.spec.exec_env
         if env is not None:
             command, environ = env.command(*args), env.environ
@@ -198,6 +205,10 @@ class PythonWorker(WorkerRequests, WorkerHealth):
         self._alive = False
         self._pool.close()
         tensor_pool.sweep(self._prefix + "-")
+        _by_pool.pop(self._prefix + "-w", None)
+        if self.inbox:
+            with contextlib.suppress(OSError):
+                os.unlink(self.inbox)
 
     def kill(self) -> None:
         if self._proc is not None and self._proc.returncode is None:
@@ -270,13 +281,13 @@ class PythonWorker(WorkerRequests, WorkerHealth):
     def _on_frame(self, msg: WorkerMessage) -> None:
         # (the frequent kinds are tested first)
         if type(msg) is Executed:
-            self._answer(msg.call_id, msg, msg.error)
+            self.on_executed(msg)
         elif type(msg) is Send:
             self._on_send(msg.key, msg.response, msg.flags)
         elif type(msg) is Bls:
             self.calls.bls(msg)
         elif type(msg) is Free:
-            self._pool.release(msg.segments)
+            self._on_free(msg.segments)
         elif type(msg) is Result:
             self._answer(msg.call_id, msg.value, msg.error)
         elif type(msg) is AsyncExecuted:
@@ -293,6 +304,30 @@ class PythonWorker(WorkerRequests, WorkerHealth):
             self.calls.control(msg)
         elif type(msg) is SpanEnd:
             self._on_span(msg)
+
+    def _on_free(self, names: list[str]) -> None:
+        """Segments the worker no longer views: of its pool here, or of another worker's (a
+        reply that worker sent it directly), handed on to that worker."""
+        own = self._pool.prefix
+        others: dict[str, list[str]] = {}
+        for name in names:
+            prefix = tensor_pool.owner(name)
+            if prefix != own:
+                others.setdefault(prefix, []).append(name)
+        if not others:
+            self._pool.release(names)
+            return
+        self._pool.release([n for n in names if tensor_pool.owner(n) == own])
+        for prefix, theirs in others.items():
+            worker = _by_pool.get(prefix)
+            if worker is not None:
+                worker.take_back(theirs)
+
+    def take_back(self, names: list[str]) -> None:
+        """Segments of this worker's pool another process no longer views."""
+        if self._proto is not None:
+            with contextlib.suppress(ConnectionError):
+                self._proto.send(Free(names))
 
     def _answer(self, call_id: int, value: Any, error: ErrorReply | None) -> None:
         fut = self._calls.get(call_id)

@@ -19,6 +19,7 @@ from modelyard.backends.python.protocol import framing, tensor_pool
 from modelyard.backends.python.protocol.messages import (
     AsyncExecuted,
     Cancel,
+    ErrorReply,
     Execute,
     Executed,
     PackedTensor,
@@ -50,12 +51,16 @@ class WorkerRequests(Instance):
     _inflight: int
     _live: dict[int, RequestContext]  # request key -> context, while a response may come
     _async_batches: dict[int, list[int]]  # execute call id -> request keys
+    _batch_keys: dict[int, list[int]]  # execute call id -> request keys, while it runs
     _early_results: dict[int, AsyncExecuted]  # read before their Executed
     _keys: itertools.count[int]
     _region_tokens: set[int]
     _direct_outputs: tuple[str, bool]
 
     def send(self, message: ServerMessage) -> None:
+        raise NotImplementedError
+
+    def _answer(self, call_id: int, value: Any, error: ErrorReply | None) -> None:
         raise NotImplementedError
 
     def waiting_chain(self) -> frozenset[str]:
@@ -106,7 +111,7 @@ class WorkerRequests(Instance):
                 self._send_cancel(key)
             items.append(self._pack_request(key, ctx))
         try:
-            done = await self._execute_call(items)
+            done = await self._execute_call(items, keys)
         except ModelyardError as e:
             self._fail(keys, e)
             return
@@ -123,8 +128,16 @@ class WorkerRequests(Instance):
             self._async_batches[done.call_id] = keys
             if early is not None:
                 self._on_async_results(early)
-            return
-        self._deliver(keys, done.responses, done.rescheduled)
+        # (otherwise on_executed has delivered the responses)
+
+    def on_executed(self, msg: Executed) -> None:
+        """A batch's answer: its responses go out right here, so the handlers waiting for
+        them resume before the task that sent the batch (and the scheduler's bookkeeping
+        after it) does."""
+        keys = self._batch_keys.pop(msg.call_id, None)
+        if keys is not None and msg.error is None and msg.responses is not None:
+            self._deliver(keys, msg.responses, msg.rescheduled, msg.direct)
+        self._answer(msg.call_id, msg, msg.error)
 
     def _finished(self, batch: list[RequestContext]) -> None:
         """``batch`` left the worker: a staged batch is the running one now."""
@@ -145,16 +158,23 @@ class WorkerRequests(Instance):
         return [ctx for ctx in (live.get(k) for k in keys) if ctx is not None]
 
     def _deliver(
-        self, keys: list[int], results: list[Response | None], again: tuple[int, ...]
+        self,
+        keys: list[int],
+        results: list[Response | None],
+        again: tuple[int, ...],
+        direct: tuple[int, ...] = (),
     ) -> None:
         """One response (or none yet) per request; ``again``: the requests (indices) the
-        model rescheduled."""
-        for key, result in zip(keys, results, strict=False):
+        model rescheduled; ``direct``: those whose response the worker sent to their BLS
+        caller itself (only the outcome is here)."""
+        for i, (key, result) in enumerate(zip(keys, results, strict=False)):
             ctx = self._live.get(key)
             if ctx is None:
                 continue
             if result is not None:
-                ctx.send(self._unpack_response(ctx, result, final=True))
+                resp = self._unpack_response(ctx, result, final=True)
+                resp.delivered = i in direct
+                ctx.send(resp)
             # A request not answered yet stays live: its response sender may still answer.
             if ctx.done:
                 self._live.pop(key, None)
@@ -183,7 +203,7 @@ class WorkerRequests(Instance):
         if msg.error is not None:
             self._fail(keys, ModelyardError(*msg.error))
         else:
-            self._deliver(keys, msg.responses or [], msg.rescheduled)
+            self._deliver(keys, msg.responses or [], msg.rescheduled, msg.direct)
 
     def _pack_request(self, key: int, ctx: RequestContext) -> RequestItem:
         return packing.pack_request(
@@ -234,18 +254,20 @@ class WorkerRequests(Instance):
                 msg.span_id, msg.parent_id, msg.name, msg.start_ns, msg.end_ns, msg.attributes
             )
 
-    async def _execute_call(self, items: list[RequestItem]) -> Executed:
+    async def _execute_call(self, items: list[RequestItem], keys: list[int]) -> Executed:
         # No timer on the hot path: a worker that dies fails this call through _on_lost, and
         # a hung model is bounded by the caller's timeout (client deadline, BLS timeout).
         assert self._loop is not None
         call_id = next(self._call_ids)
         fut: asyncio.Future[Executed] = self._loop.create_future()
         self._calls[call_id] = fut
+        self._batch_keys[call_id] = keys
         try:
             self.send(Execute(call_id, items))
             return await fut
         finally:
             self._calls.pop(call_id, None)
+            self._batch_keys.pop(call_id, None)
 
 
 def error_response(ctx: RequestContext, err: ModelyardError) -> InferResponse:

@@ -1,7 +1,9 @@
-"""The worker process's entry point: ``python -m modelyard.backends.python.worker FD SHM_PREFIX``.
+"""The worker process's entry point:
+``python -m modelyard.backends.python.worker FD SHM_PREFIX [INBOX]``.
 
 FD is the worker's end of the socket pair to the server, SHM_PREFIX the name prefix of the
-shared-memory segments this worker creates. Everything the worker imports comes from the
+shared-memory segments this worker creates, INBOX the path of its inbox for replies other
+workers send it directly (protocol/inbox.py). Everything the worker imports comes from the
 worker and protocol parts and ``triton_python_backend_utils``: no server module is loaded.
 """
 
@@ -44,11 +46,12 @@ class _ServerLog(logging.Handler):
 def main() -> None:
     fd = int(sys.argv[1])
     prefix = sys.argv[2]
+    inbox = sys.argv[3] if len(sys.argv) > 3 else ""
     # Shutdown is message-driven (as Triton's stub): a Ctrl-C at the terminal reaches the whole
     # process group, and the server finalizes us in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
-    stub = Stub(sock, prefix)
+    stub = Stub(sock, prefix, inbox)
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the model's own logging
     own = logging.getLogger("modelyard")
     own.handlers[:] = [_ServerLog(stub)]
@@ -60,14 +63,14 @@ def main() -> None:
         while True:
             threading.Event().wait(1.0)
             if os.getppid() != parent:
-                stub.pool.close()
+                stub.close()
                 os._exit(1)
 
     threading.Thread(target=watch_parent, name="modelyard-parent-watch", daemon=True).start()
     try:
         stub.run()
     finally:
-        stub.pool.close()
+        stub.close()
     sys.stdout.flush()
     os._exit(0)
 

@@ -12,7 +12,8 @@ the model ran competed with it for the GIL and the CPU. So the thread that waits
   thread has been running one command for LONG_RUN_S (cancellations, metrics requests).
 
 A thread that wants the baton while the reader thread holds it wakes that thread (blocked in
-``poll``) through a pipe. Whoever reads hands each message to ``dispatch``.
+``poll``) through a pipe. Whoever reads hands each message to ``dispatch``, the replies other
+workers send to this one's inbox (protocol/inbox.py) as well as the server's frames.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 from modelyard.backends.python.protocol.framing import BlockingChannel
+from modelyard.backends.python.protocol.inbox import Inbox
+from modelyard.backends.python.protocol.messages import BlsResponse
 
 LONG_RUN_S = 0.002  # the reader thread reads once the main thread has been busy this long
 IDLE_CHECK_S = 0.02  # while the main thread waits, the reader thread checks in this often
@@ -37,9 +40,12 @@ class ReadBaton:
         chan: BlockingChannel,
         sock_fd: int,
         dispatch: Callable[[Any], bool],
+        inbox: Inbox | None = None,
     ):
         self._chan = chan
         self._dispatch = dispatch
+        self._inbox = inbox
+        self._inbox_fd = inbox.fileno() if inbox is not None else -1
         self._cv = threading.Condition(threading.Lock())
         self._holder = 0  # ident of the thread reading, 0 for none
         self._reader = -1  # ident of the reader thread
@@ -57,6 +63,9 @@ class ReadBaton:
         self._poll_both = select.poll()
         self._poll_both.register(sock_fd, select.POLLIN)
         self._poll_both.register(self._wake_r, select.POLLIN)
+        if inbox is not None:
+            self._poll_sock.register(self._inbox_fd, select.POLLIN)
+            self._poll_both.register(self._inbox_fd, select.POLLIN)
 
     # -- any thread -----------------------------------------------------------------------
 
@@ -94,14 +103,34 @@ class ReadBaton:
         while not done():
             if not chan.has_frame():
                 if deadline is None:
-                    self._poll_sock.poll()
+                    events = self._poll_sock.poll()
                 else:
                     left = deadline - time.monotonic()
-                    if left <= 0 or not self._poll_sock.poll(left * 1000.0):
+                    events = self._poll_sock.poll(left * 1000.0) if left > 0 else []
+                    if not events:
                         return done()
+                if not self._readable(events):
+                    continue  # only the inbox had something
             if not self._handle(chan.recv()):
                 return done()
         return True
+
+    def _readable(self, events: list[tuple[int, int]]) -> bool:
+        """Handle what the inbox holds; whether the channel has something to read."""
+        channel = False
+        for fd, _ in events:
+            if fd == self._inbox_fd:
+                self._read_inbox()
+            else:
+                channel = True
+        return channel
+
+    def _read_inbox(self) -> None:
+        assert self._inbox is not None
+        for data in self._inbox.read():
+            msg = self._chan.decode_datagram(data)
+            if type(msg) is BlsResponse:  # the only thing other workers send
+                self._handle(msg)
 
     def _handle(self, msg: Any) -> bool:
         ok = self._dispatch(msg)
@@ -191,6 +220,8 @@ class ReadBaton:
                             os.read(self._wake_r, 64)
                         except BlockingIOError:
                             pass
+                    elif fd == self._inbox_fd:
+                        self._read_inbox()
                     else:
                         readable = True  # data, or a hang-up that recv reports as the end
                 if self._yield_asked:

@@ -59,6 +59,10 @@ class BlsClient:
             waiter = self._waiters.get(msg.call_id)
         if waiter is not None:
             waiter(msg)
+        elif type(msg) is BlsResponse and msg.response is not None:
+            # Nobody waits any more (the call timed out): its segments go back to their owner.
+            for segment in tensor_pool.segments(msg.response.tensors):
+                self.rt.stub.released(segment)
 
     def next_id(self) -> int:
         return next(self._ids)

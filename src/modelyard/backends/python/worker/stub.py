@@ -17,7 +17,7 @@ import sys
 import threading
 from typing import Any, cast
 
-from modelyard.backends.python.protocol import framing, tensor_pool
+from modelyard.backends.python.protocol import framing, inbox, tensor_pool
 from modelyard.backends.python.protocol.error_text import (
     batch_error,
     format_exception,
@@ -42,6 +42,7 @@ from modelyard.backends.python.protocol.messages import (
     ModelSetup,
     Ready,
     RequestItem,
+    Response,
     Result,
     ServerMessage,
     WorkerMessage,
@@ -60,11 +61,13 @@ Command = Execute | Init | Autocomplete | Finalize  # what the main thread runs,
 
 
 class Stub:
-    def __init__(self, sock: socket.socket, shm_prefix: str):
+    def __init__(self, sock: socket.socket, shm_prefix: str, inbox_path: str = ""):
         self.chan = framing.BlockingChannel(sock, decode_server_message)
-        self.baton = ReadBaton(self.chan, sock.fileno(), self._dispatch)
+        self.inbox = _open_inbox(inbox_path)
+        self.outbox = inbox.Outbox()
+        self.baton = ReadBaton(self.chan, sock.fileno(), self._dispatch, self.inbox)
         self.pool = tensor_pool.ShmPool(shm_prefix, enabled=True)
-        self.mapper = tensor_pool.ShmMapper(self._released)
+        self.mapper = tensor_pool.ShmMapper(self.released)
         self.regions = ClientRegions()  # client shm regions the server passes by reference
         self._to_free: list[str] = []
         self._free_lock = threading.Lock()
@@ -81,7 +84,9 @@ class Stub:
 
     # -- channel ---------------------------------------------------------------------------
 
-    def _released(self, name: str) -> None:
+    def released(self, name: str) -> None:
+        """A segment of another process's pool is no longer viewed here: a FREE for it rides
+        on the next frame to the server (which hands it on to the segment's owner)."""
         with self._free_lock:
             self._to_free.append(name)
 
@@ -106,6 +111,29 @@ class Stub:
                 self.send(Executed(answer.call_id, None, (), error))
             else:
                 self.send(AsyncExecuted(answer.call_id, None, (), error))
+
+    def close(self) -> None:
+        self.pool.close()
+        if self.inbox is not None:
+            self.inbox.close()
+
+    def reply_direct(
+        self, items: list[RequestItem], responses: list[Response | None], cancelled: set[int]
+    ) -> tuple[int, ...]:
+        """Send each response whose request came from another worker's BLS call straight to
+        that worker's inbox (inbox.py); those left in ``responses`` keep only their error. The
+        indices of the requests answered so (``Executed.direct``). A request the server
+        cancelled (``cancelled``: keys) may have been answered already: its response goes
+        through the server, which knows."""
+        direct = []
+        for i, item in enumerate(items):
+            to, response = item.reply_to, responses[i]
+            if to is None or response is None or item.key in cancelled:
+                continue
+            if self.outbox.send(to[0], BlsResponse(to[1], response, True)):
+                responses[i] = Response([], None, response.error)
+                direct.append(i)
+        return tuple(direct)
 
     def reader(self) -> None:
         """The reader thread: reads when no other thread does and something must be read."""
@@ -318,10 +346,13 @@ class Stub:
                     runtime.run_in_background(returned, self.event_loop(), requests)
                     returned = None
                 else:
-                    self._finish_async(runtime, call_id, requests, returned)
+                    self._finish_async(runtime, call_id, items, requests, returned)
                     return Executed(call_id, None, (), None)
+            cancelled = set(runtime.cancelled)  # (answering forgets them)
             responses = runtime.collect_responses(requests, returned)
-            return Executed(call_id, responses, runtime.release(requests), None)
+            rescheduled = runtime.release(requests)
+            direct = self.reply_direct(items, responses, cancelled)
+            return Executed(call_id, responses, rescheduled, None, direct)
         except Failure as f:
             return Executed(call_id, None, (), self._batch_error(f.message))
         except BaseException as e:
@@ -337,13 +368,19 @@ class Stub:
         return (batch_error(name, detail), ErrorCode.INTERNAL)
 
     def _finish_async(
-        self, runtime: StubRuntime, call_id: int, requests: list[Any], coro: Any
+        self,
+        runtime: StubRuntime,
+        call_id: int,
+        items: list[RequestItem],
+        requests: list[Any],
+        coro: Any,
     ) -> None:
         """Run a default-mode `async def execute` without blocking this instance: other
         batches may start while it awaits (Triton serializes them)."""
         fut = asyncio.run_coroutine_threadsafe(coro, self.event_loop())
 
         def done(f: Any) -> None:
+            cancelled = set(runtime.cancelled)  # (answering forgets them)
             try:
                 responses = runtime.collect_responses(requests, f.result())
                 rescheduled = runtime.release(requests)
@@ -353,6 +390,18 @@ class Stub:
                 error = self._batch_error(format_exception(e))
                 self.reply(AsyncExecuted(call_id, None, (), error))
             else:
-                self.reply(AsyncExecuted(call_id, responses, rescheduled, None))
+                direct = self.reply_direct(items, responses, cancelled)
+                self.reply(AsyncExecuted(call_id, responses, rescheduled, None, direct))
 
         fut.add_done_callback(done)
+
+
+def _open_inbox(path: str) -> inbox.Inbox | None:
+    """This worker's inbox (None: replies all come through the server)."""
+    if not path:
+        return None
+    try:
+        return inbox.Inbox(path)
+    except OSError as e:
+        log.warning("no inbox at %s (%s): BLS replies come through the server", path, e)
+        return None
