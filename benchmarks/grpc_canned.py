@@ -76,9 +76,8 @@ class CannedCore:
     """Just enough of the core for ModelInfer: every request gets the same outputs."""
 
     def __init__(self, model: str) -> None:
-        from modelyard.types import Tensor
-
         from modelyard.tracing.tracer import Tracer
+        from modelyard.types import Tensor
 
         data = np.arange(4, dtype=np.float32).reshape(output_shape(model))
         self._outputs = [Tensor(name, "FP32", data.shape, data) for name in OUTPUTS]
