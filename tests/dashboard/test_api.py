@@ -4,27 +4,13 @@ the BLS call graph, traces; read-only; the off switch; restricted access."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.conftest import Serving
 from tests.dashboard.pages import dashboard_repo, drive, fail, get
 from tests.helpers import wait_until
 from tests.serverproc import ServerProcess, refused_start
-
-
-@pytest.fixture(scope="module")
-def server(serving: Serving, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    trace_file = tmp_path_factory.mktemp("traces") / "trace.json"
-    with serving.server(
-        dashboard_repo(serving),
-        "--trace-config", f"triton,file={trace_file}",
-        "--trace-config", "rate=1",
-    ) as srv:  # fmt: skip
-        yield srv
 
 
 def _api(srv: ServerProcess, name: str) -> Any:

@@ -71,17 +71,6 @@ def browser() -> Iterator[Any]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def server(serving: Serving, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    trace_file = tmp_path_factory.mktemp("traces") / "trace.json"
-    with serving.server(
-        dashboard_repo(serving),
-        "--trace-config", f"triton,file={trace_file}",
-        "--trace-config", "rate=1",
-    ) as srv:  # fmt: skip
-        yield srv
-
-
 def _wait(driver: Any, predicate: Callable[[Any], Any], what: str) -> Any:
     """The predicate's first truthy value, polled in the page (bounded)."""
     return WebDriverWait(driver, WAIT_S, 0.1).until(predicate, f"the page never showed {what}")
