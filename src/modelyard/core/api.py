@@ -238,16 +238,12 @@ class InferenceServer(ModelControl):
 
         shm_out = self.shared_memory.bind(request) if uses_shared_memory(request) else None
         mv, ctx = self._prepare(request, on_response)
-        try:
-            if mv.decoupled:
-                raise Unsupported(
-                    "ModelInfer RPC doesn't support models with decoupled transaction policy"
-                )
-            mv.scheduler.submit(ctx)
-        except BaseException:
-            if ctx.trace is not None:
-                ctx.trace.abandon()
-            raise
+        if mv.decoupled:
+            _abandon(ctx)
+            raise Unsupported(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy"
+            )
+        _submit(mv, ctx)
         try:
             resp = await fut
         except asyncio.CancelledError:
@@ -278,19 +274,12 @@ class InferenceServer(ModelControl):
             ctx.caller = caller
             register(ctx)
             try:
-                mv.scheduler.submit(ctx)
+                _submit(mv, ctx)
             except BaseException:
                 release(ctx)
-                if ctx.trace is not None:
-                    ctx.trace.abandon()
                 raise
             return ctx
-        try:
-            mv.scheduler.submit(ctx)
-        except BaseException:
-            if ctx.trace is not None:
-                ctx.trace.abandon()
-            raise
+        _submit(mv, ctx)
         return ctx
 
     async def infer_stream_one(
@@ -315,12 +304,7 @@ class InferenceServer(ModelControl):
         queue: asyncio.Queue[InferResponse] = asyncio.Queue()
         shm_out = self.shared_memory.bind(request) if uses_shared_memory(request) else None
         mv, ctx = self._prepare(request, queue.put_nowait, chain)
-        try:
-            mv.scheduler.submit(ctx)
-        except BaseException:
-            if ctx.trace is not None:
-                ctx.trace.abandon()
-            raise
+        _submit(mv, ctx)
         try:
             while True:
                 resp = await queue.get()
@@ -414,6 +398,20 @@ class InferenceServer(ModelControl):
         if model and model not in self.registry.entries:
             raise InvalidArgument(f"Request for unknown model : {model}")
         return self.tracer.update_settings(model, settings)
+
+
+def _submit(mv: ModelVersion, ctx: RequestContext) -> None:
+    """Hand ``ctx`` to the version's scheduler; a request it refuses drops its trace."""
+    try:
+        mv.scheduler.submit(ctx)
+    except BaseException:
+        _abandon(ctx)
+        raise
+
+
+def _abandon(ctx: RequestContext) -> None:
+    if ctx.trace is not None:
+        ctx.trace.abandon()
 
 
 def _batch_of(request: InferRequest, mv: ModelVersion) -> int:
