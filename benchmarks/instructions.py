@@ -60,6 +60,16 @@ def _client(protocol: str, url: str) -> object:
     return httpclient.InferenceServerClient(url, connection_timeout=60, network_timeout=60)
 
 
+def _callgrind_control(flag: str) -> None:
+    """``-z`` zeroes, ``-d`` dumps the counters of every process under callgrind."""
+    subprocess.run(
+        ["callgrind_control", flag],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def measure(src: Path, args: argparse.Namespace, out: Path) -> tuple[float, float]:
     """(all processes, server alone) in instructions per request."""
     http, grpc, metrics = free_ports(3)
@@ -95,20 +105,10 @@ def measure(src: Path, args: argparse.Namespace, out: Path) -> tuple[float, floa
         inputs = _inputs(args.protocol)
         for _ in range(args.warmup):
             client.infer(args.model, inputs)  # type: ignore[attr-defined]
-        subprocess.run(
-            ["callgrind_control", "-z"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        _callgrind_control("-z")
         for _ in range(args.requests):
             client.infer(args.model, inputs)  # type: ignore[attr-defined]
-        subprocess.run(
-            ["callgrind_control", "-d"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        _callgrind_control("-d")
     finally:
         proc.terminate()
         try:
