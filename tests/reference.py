@@ -151,6 +151,10 @@ class ReferenceServer:
         except OSError:
             return ""
 
+    def running(self) -> bool:
+        """Whether the server's process has not exited (Triton 2.51 can abort mid-test)."""
+        return self.proc.poll() is None
+
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
         """SIGTERM the process group, SIGKILL it after ``timeout`` s; returns the exit code."""
         if self._stopped:

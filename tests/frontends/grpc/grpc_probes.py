@@ -19,28 +19,33 @@ TIMEOUT = 30.0
 # How long a probe keeps trying while the server's port refuses connections: under load the
 # reference Triton's gRPC port has refused connections for seconds after it answered ready.
 UNREACHABLE_S = 60.0
+Alive: TypeAlias = Callable[[], bool]  # whether the server's process still runs
 Stub: TypeAlias = Any  # a GRPCInferenceServiceStub (the generated module has no types)
 
 
-def _unreachable(observed: list[Any]) -> bool:
+def unreachable(observed: list[Any]) -> bool:
     """A connection failure: never the server's answer, so the probe is tried again."""
     return (
-        observed[0] == "err"
+        len(observed) == 3
+        and observed[0] == "err"
         and observed[1] == str(grpc.StatusCode.UNAVAILABLE)
         and "failed to connect" in str(observed[2]).lower()
     )
 
 
-def _until_reached(probe: Callable[[], list[Any]]) -> list[Any]:
+def _until_reached(probe: Callable[[], list[Any]], alive: Alive) -> list[Any]:
+    """``probe`` again while the port refuses and the server's process still runs."""
     deadline = time.monotonic() + UNREACHABLE_S
     observed = probe()
-    while _unreachable(observed) and time.monotonic() < deadline:
+    while unreachable(observed) and alive() and time.monotonic() < deadline:
         time.sleep(0.5)
         observed = probe()
     return observed
 
 
-def _client_call(url: str, fn: Callable[[grpcclient.InferenceServerClient], Any]) -> list[Any]:
+def _client_call(
+    url: str, fn: Callable[[grpcclient.InferenceServerClient], Any], alive: Alive
+) -> list[Any]:
     """``fn`` on a fresh client (a channel that failed to connect backs off for seconds)."""
 
     def once() -> list[Any]:
@@ -52,7 +57,7 @@ def _client_call(url: str, fn: Callable[[grpcclient.InferenceServerClient], Any]
                 message = e.message() if hasattr(e, "message") else str(e)
                 return ["err", str(status), message]
 
-    return _until_reached(once)
+    return _until_reached(once, alive)
 
 
 def _count(n: int) -> list[Any]:
@@ -67,7 +72,7 @@ def _ones() -> list[Any]:
     return [inp]
 
 
-def client_probes(url: str) -> dict[str, list[Any]]:
+def client_probes(url: str, alive: Alive = lambda: True) -> dict[str, list[Any]]:
     probes: dict[str, Callable[[grpcclient.InferenceServerClient], Any]] = {
         "ready_unknown": lambda c: c.is_model_ready("nosuch"),
         "ready_bad_version": lambda c: c.is_model_ready("grpc_slow", "abc"),
@@ -99,7 +104,7 @@ def client_probes(url: str) -> dict[str, list[Any]]:
         "index_ready": lambda c: c.get_model_repository_index(as_json=True),
         "unload_unknown": lambda c: c.unload_model("nosuch"),
     }
-    return {name: _client_call(url, fn) for name, fn in probes.items()}
+    return {name: _client_call(url, fn, alive) for name, fn in probes.items()}
 
 
 def _typed(dt: str, field: str, values: list[Any], shape: list[int]) -> Any:
@@ -114,7 +119,7 @@ def _with_raw(request: Any, *raw: bytes) -> Any:
     return request
 
 
-def raw_probes(url: str) -> dict[str, list[Any]]:
+def raw_probes(url: str, alive: Alive = lambda: True) -> dict[str, list[Any]]:
     """Requests tritonclient does not build: typed contents, odd parameters."""
 
     def slow(**params: pb.InferParameter) -> Any:
@@ -200,14 +205,14 @@ def raw_probes(url: str) -> dict[str, list[Any]]:
             timeout=60,
         )
     )
-    return {name: _stub_call(url, probe) for name, probe in probes.items()}
+    return {name: _stub_call(url, probe, alive) for name, probe in probes.items()}
 
 
 def _ok(_reply: Any) -> list[Any]:
     return ["ok"]
 
 
-def _stub_call(url: str, fn: Callable[[Stub], list[Any]]) -> list[Any]:
+def _stub_call(url: str, fn: Callable[[Stub], list[Any]], alive: Alive) -> list[Any]:
     """``fn`` on a fresh channel; a gRPC error status is the observation."""
 
     def once() -> list[Any]:
@@ -217,7 +222,7 @@ def _stub_call(url: str, fn: Callable[[Stub], list[Any]]) -> list[Any]:
             except grpc.RpcError as e:
                 return ["err", str(e.code()), e.details()]
 
-    return _until_reached(once)
+    return _until_reached(once, alive)
 
 
 class Incomplete(Exception):
