@@ -270,8 +270,10 @@ def test_streamed_requests(server: tuple[ServerProcess, str], receiver: OtlpRece
     trace_id = _the_trace_of(receiver, "repeat", rid)
     spans = _trace(receiver, trace_id, 3)
     assert _tree(spans) == {"InferRequest": ["repeat"], "repeat": ["compute"]}
+    # Triton's events: the first response completes, then each written response.
     assert _one(spans, "InferRequest")["events"] == [
         "GRPC_WAITREAD_START",
         "GRPC_WAITREAD_END",
-        "GRPC_SEND_END",
+        "INFER_RESPONSE_COMPLETE",
+        *2 * ["GRPC_SEND_START", "GRPC_SEND_END"],
     ]

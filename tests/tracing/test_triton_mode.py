@@ -22,6 +22,7 @@ from tests.tracing.traces import (
     infer,
     names_of,
     requests_of,
+    stream_infer,
     structure,
     traced_repo,
 )
@@ -70,6 +71,28 @@ def test_plain_request_grpc(traced: tuple[ServerProcess, TraceFiles]) -> None:
         "INFER_RESPONSE_COMPLETE",
         "GRPC_SEND_START",
         "GRPC_SEND_END",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("model", "empty_final", "writes"),
+    [("add_sub", False, 1), ("repeat", False, 2), ("repeat", True, 3)],
+)
+def test_streamed_request_events(
+    traced: tuple[ServerProcess, TraceFiles], model: str, empty_final: bool, writes: int
+) -> None:
+    """A request on a ModelStreamInfer stream: Triton's INFER_RESPONSE_COMPLETE at its first
+    response, GRPC_SEND_START/END around each response written (the empty final too)."""
+    srv, files = traced
+    stream_infer(srv.grpc_url, model, "streamed", enable_empty_final_response=empty_final)
+    records = files.take()
+    [rid] = requests_of(records)
+    assert names_of(records, rid) == [
+        *CHILD,
+        "GRPC_WAITREAD_START",
+        "GRPC_WAITREAD_END",
+        "INFER_RESPONSE_COMPLETE",
+        *writes * ["GRPC_SEND_START", "GRPC_SEND_END"],
     ]
 
 
@@ -157,12 +180,18 @@ def test_structure_matches_the_reference(serving: Serving, tmp_path: Path) -> No
         pytest.skip("reference Triton is not installed")
     repo = serving.repo(EXAMPLE_MODELS, source=EXAMPLES, copy=True)  # (no modelyard import)
     calls = [("http", "add_sub"), ("http", "bls_add_sub"), ("http", "ensemble_add_sub")]
-    calls += [("grpc", "add_sub")]
+    calls += [("grpc", "add_sub"), ("stream", "add_sub"), ("stream", "repeat")]
+    calls += [("stream-empty-final", "repeat")]
 
     def run(http_url: str, grpc_url: str, files: TraceFiles) -> list[dict[tuple[str, str], Any]]:
         out = []
         for protocol, model in calls:
-            infer(http_url if protocol == "http" else grpc_url, protocol, model, request_id="r")
+            if protocol.startswith("stream"):
+                empty = protocol == "stream-empty-final"
+                stream_infer(grpc_url, model, "r", enable_empty_final_response=empty)
+            else:
+                url = http_url if protocol == "http" else grpc_url
+                infer(url, protocol, model, request_id="r")
             out.append(structure(files.take()))
         return out
 

@@ -4,6 +4,7 @@ trace files read back (bounded waits) and their structure without the times."""
 from __future__ import annotations
 
 import json
+import queue
 import time
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,31 @@ def infer(url: str, protocol: str, model: str, request_id: str = "", **kw: Any) 
         inputs = caller_inputs(mod) if model == "trace_caller" else add_sub_inputs(mod)
         return client.infer(model, inputs, request_id=request_id, **kw)
     finally:
+        client.close()
+
+
+def stream_infer(url: str, model: str, request_id: str = "", **kw: Any) -> list[Any]:
+    """One request to ``model`` on a gRPC ModelStreamInfer stream (add_sub's inputs, or
+    COUNT 2 for the decoupled ``repeat``); returns its results once the last has come."""
+    results: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        if model == "repeat":
+            count = grpcclient.InferInput("COUNT", [1], "INT32")
+            count.set_data_from_numpy(np.array([2], np.int32))
+            inputs, expected = [count], 2 + bool(kw.get("enable_empty_final_response"))
+        else:
+            inputs, expected = add_sub_inputs(grpcclient), 1
+        client.async_stream_infer(model, inputs, request_id=request_id, **kw)
+        out = []
+        for _ in range(expected):
+            result, error = results.get(timeout=WAIT_S)
+            assert error is None, error
+            out.append(result)
+        return out
+    finally:
+        client.stop_stream()
         client.close()
 
 

@@ -126,6 +126,12 @@ class Trace:
         with self._lock:
             self._open += 1
 
+    def drop_hold(self) -> None:
+        """A :meth:`hold` of the frontend's is over (a streamed response written): the
+        trace ends no earlier than that."""
+        self.root.end_ns = time.monotonic_ns()
+        self._close()
+
     def _close(self) -> None:
         with self._lock:
             self._open -= 1

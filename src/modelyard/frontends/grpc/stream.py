@@ -26,7 +26,7 @@ from modelyard.errors import ErrorCode, InternalError, InvalidArgument, Modelyar
 from modelyard.frontends.grpc import extensions, proto_convert
 from modelyard.frontends.grpc.proto_convert import Decoded
 from modelyard.frontends.grpc.wire import EncodedResponse, WireInferRequest
-from modelyard.tracing.trace import AFTER
+from modelyard.tracing.trace import AFTER, Trace
 
 if TYPE_CHECKING:
     from modelyard.frontends.grpc.servicer import Core
@@ -36,8 +36,9 @@ log = logging.getLogger("modelyard")
 MAX_IN_FLIGHT = 1024
 MAX_PENDING = 1024
 
-# What the writer receives: a response (with the code of its error, if any), or None at the end.
-_Item = tuple[EncodedResponse, ErrorCode | None] | None
+# What the writer receives: a response (with the code of its error, if any, and the trace of
+# its request when traced), or None at the end.
+_Item = tuple[EncodedResponse, ErrorCode | None, "Trace | None"] | None
 
 
 def _wants_grpc_error(context: Any) -> bool:
@@ -61,14 +62,24 @@ async def run_stream(
             item = await session.out.get()
             if item is None:
                 break
-            response, code = item
+            response, code, trace = item
             if code is not None and grpc_error:
+                if trace is not None:
+                    trace.drop_hold()
                 await context.abort(proto_convert.grpc_status(code), response.error_message)
+            if trace is None:
+                yield response
+                continue
+            # Triton's events around each write of a traced request's response.
+            trace.event("GRPC_SEND_START", 0, AFTER)
             yield response
+            trace.event("GRPC_SEND_END", 0, AFTER)
+            trace.drop_hold()
         await reader  # re-raise what ended the reader, if anything
     finally:
         reader.cancel()
         session.cancel()
+        session.drop_unwritten()
 
 
 class _Session:
@@ -84,6 +95,13 @@ class _Session:
     def cancel(self) -> None:
         for task in self.tasks:
             task.cancel()
+
+    def drop_unwritten(self) -> None:
+        """The stream ended with responses still queued: their traces may finish."""
+        while not self.out.empty():
+            item = self.out.get_nowait()
+            if item is not None and item[2] is not None:
+                item[2].drop_hold()
 
     async def read(self, request_iterator: AsyncIterator[WireInferRequest]) -> None:
         loop = asyncio.get_running_loop()
@@ -135,8 +153,7 @@ class _Session:
         trace.event("GRPC_WAITREAD_END", 0, AFTER)
         decoded.request.trace = trace
         try:
-            await run
-            trace.event("GRPC_SEND_END", 0, AFTER)
+            await run  # each response's write holds the trace until it is written
         finally:
             trace.release()
 
@@ -146,8 +163,12 @@ class _Session:
         if not task.cancelled() and task.exception() is not None:
             log.error("streamed inference request failed", exc_info=task.exception())
 
-    async def _emit(self, response: EncodedResponse, code: ErrorCode | None = None) -> None:
-        await self.out.put((response, code))
+    async def _emit(
+        self, response: EncodedResponse, code: ErrorCode | None = None, trace: Trace | None = None
+    ) -> None:
+        if trace is not None:
+            trace.hold()  # the writer lets it go once the response is written
+        await self.out.put((response, code, trace))
 
     async def _run(
         self,
@@ -165,7 +186,7 @@ class _Session:
             item = await self._run_one(msg, decoded, error)
             if wait is not None and not wait.done():
                 await wait
-            await self._emit(*item)
+            await self._emit(*item, _trace_of(decoded))
         finally:
             if done is not None and not done.done():
                 done.set_result(None)
@@ -179,6 +200,7 @@ class _Session:
         responses = self.core.infer_stream(decoded.request)
         try:
             async for response in responses:
+                _responded(decoded.request.trace)
                 if response.error is not None:
                     return _model_error(msg, response.error, True)
                 if decoded.classification:
@@ -201,23 +223,31 @@ class _Session:
             return
         empty_final = decoded.empty_final
         classes = decoded.classification
+        trace = _trace_of(decoded)
         responses = self.core.infer_stream(decoded.request)
+        first = True
         try:
             async for response in responses:
                 final = response.final
+                if first:
+                    first = False
+                    _responded(trace)
                 if response.error is not None:
-                    await self._emit(*_model_error(msg, response.error, final))
+                    await self._emit(*_model_error(msg, response.error, final), trace)
                 elif proto_convert.is_flag_only_final(response):
                     if empty_final:
                         await self._emit(
                             proto_convert.encode_empty_final(
                                 msg.id, msg.model_name, msg.model_version
-                            )
+                            ),
+                            None,
+                            trace,
                         )
                 else:
                     if classes:
                         extensions.classify_outputs(self.core, response, classes)
-                    await self._emit(proto_convert.encode_infer_response(response, final=final))
+                    encoded = proto_convert.encode_infer_response(response, final=final)
+                    await self._emit(encoded, None, trace)
                 if final:
                     break
         except ModelyardError as e:
@@ -227,6 +257,16 @@ class _Session:
             await self._emit(*_pre_error(msg, InternalError(f"{type(e).__name__}: {e}")))
         finally:
             await _close(responses)
+
+
+def _trace_of(decoded: Decoded | None) -> Trace | None:
+    return None if decoded is None else decoded.request.trace
+
+
+def _responded(trace: Trace | None) -> None:
+    """The first response of a streamed request (Triton stamps only the first)."""
+    if trace is not None:
+        trace.event("INFER_RESPONSE_COMPLETE", 0, AFTER)
 
 
 def _pre_error(msg: Any, error: ModelyardError | None) -> tuple[EncodedResponse, None]:
