@@ -135,6 +135,11 @@ class WorkerRequests(Instance):
         them resume before the task that sent the batch (and the scheduler's bookkeeping
         after it) does."""
         keys = self._batch_keys.pop(msg.call_id, None)
+        staged = self._staged
+        if staged is not None:
+            # The worker runs batches in order: the staged one starts as this one ends, which
+            # may be before the task that sent this one resumes (both frames read at once).
+            _started(staged, time.monotonic_ns())
         if keys is not None and msg.error is None and msg.responses is not None:
             self._deliver(keys, msg.responses, msg.rescheduled, msg.direct)
         self._answer(msg.call_id, msg, msg.error)
@@ -147,10 +152,7 @@ class WorkerRequests(Instance):
         self._running = []
         if self._staged is not None:
             self._running, self._staged = self._staged, None
-            now = time.monotonic_ns()
-            for ctx in self._running:
-                if not ctx.done:
-                    ctx.t_start = now
+            _started(self._running, time.monotonic_ns())
 
     def live_requests(self, keys: Any) -> list[RequestContext]:
         """The requests still in flight among ``keys`` (a BLS call's parent batch)."""
@@ -273,3 +275,10 @@ class WorkerRequests(Instance):
 def error_response(ctx: RequestContext, err: ModelyardError) -> InferResponse:
     r = ctx.request
     return InferResponse(r.model_name, r.model_version, r.id, error=err, final=True)
+
+
+def _started(batch: list[RequestContext], now: int) -> None:
+    """A staged batch began running in the worker (its requests' compute starts now)."""
+    for ctx in batch:
+        if not ctx.t_start and not ctx.done:
+            ctx.t_start = now
