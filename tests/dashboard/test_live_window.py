@@ -1,5 +1,6 @@
 """The rolling window (serving/live.py): buckets, percentiles, the summary's span, the series,
-bounded memory, and that ModelStats feeds it without changing Triton's statistics shape."""
+refusals among the errors, bounded memory, and that ModelStats feeds it without changing
+Triton's statistics shape."""
 
 from __future__ import annotations
 
@@ -61,6 +62,25 @@ def test_failures_and_batches() -> None:
     assert snap["batches"] == {"1": 1, "4": 2}
     assert snap["series"]["errors"][-2:] == [2, 0]
     assert snap["p50_us"] == 0.0 and snap["queue_us"] == 0.0
+
+
+def test_refusals_count_among_the_errors() -> None:
+    w = LiveWindow()
+    w.failure(T0)
+    w.refusal(T0 + 1)
+    w.refusal(T0 + S)
+    snap = w.snapshot(T0 + S)
+    assert (snap["errors"], snap["refused"], snap["requests"]) == (3, 2, 0)
+    assert snap["series"]["errors"][-2:] == [2, 1]
+    assert snap["rate"] > 0  # refused requests are requests
+    assert w.refused_total == 2
+    later = w.snapshot(T0 + (SUMMARY_S + 1) * S)
+    assert (later["errors"], later["refused"], w.refused_total) == (0, 0, 2)
+
+
+def test_every_figure_says_its_window() -> None:
+    snap = LiveWindow().snapshot(T0)
+    assert snap["window_s"] == SUMMARY_S and snap["series"]["window_s"] == WINDOW_S
 
 
 def test_old_seconds_leave_the_summary_then_the_window() -> None:

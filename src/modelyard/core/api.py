@@ -211,7 +211,12 @@ class InferenceServer(ModelControl):
         self, request: InferRequest, on_response: Any, chain: frozenset[str] = frozenset()
     ) -> tuple[ModelVersion, RequestContext]:
         mv = self.get_version(request.model_name, request.model_version)
-        output_names = validate(request, mv.signature)
+        try:
+            output_names = validate(request, mv.signature)
+        except ModelyardError:
+            # Triton's statistics leave a refused request out; the dashboard counts it.
+            mv.stats.live.refusal(time.monotonic_ns())
+            raise
         if not request.model_version:
             request.model_version = str(mv.version)
         # No closure over ctx here: a reference cycle would keep the request (and the shared
@@ -240,6 +245,7 @@ class InferenceServer(ModelControl):
         mv, ctx = self._prepare(request, on_response)
         if mv.decoupled:
             _abandon(ctx)
+            mv.stats.live.refusal(time.monotonic_ns())
             raise Unsupported(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )
@@ -347,7 +353,7 @@ class InferenceServer(ModelControl):
 
     def live_statistics(self) -> list[dict[str, Any]]:
         """Per loaded version, the last minute second by second (``serving/live.py``) and
-        its cumulative counts: what the dashboard shows."""
+        its counts since it loaded (``since_load``): what the dashboard shows."""
         out = []
         now = time.monotonic_ns()
         for e in sorted(self.registry.entries.values(), key=lambda e: e.name):
@@ -361,6 +367,8 @@ class InferenceServer(ModelControl):
                         "fail": stats.fail.count,
                         "inference_count": stats.inference_count,
                         "execution_count": stats.execution_count,
+                        "refused_total": stats.live.refused_total,
+                        "since_load": True,
                         **stats.live.snapshot(now),
                     }
                 )

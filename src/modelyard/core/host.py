@@ -48,7 +48,11 @@ class CoreHost:
         if instance is None:
             return None
         try:
-            names = validate(request, mv.signature)  # ModelyardError: the caller words it
+            try:
+                names = validate(request, mv.signature)  # ModelyardError: the caller words it
+            except ModelyardError:
+                mv.stats.live.refusal(time.monotonic_ns())  # the dashboard's count only
+                raise
             if not request.model_version:
                 request.model_version = str(mv.version)
             box: list[InferResponse] = []

@@ -1,6 +1,8 @@
 """A per model-version rolling window of the last minute, for the dashboard.
 
-``ModelStats`` feeds it where it records Triton's cumulative statistics. Memory is bounded:
+``ModelStats`` feeds it where it records Triton's cumulative statistics, and the core where
+it refuses a request for the version (validation: Triton's statistics do not count those, the
+dashboard's errors do). Memory is bounded:
 one bucket per second that saw traffic, the last ``WINDOW_S`` of them. Recording costs a
 few integer operations and two sparse-dict updates (no lock: like the cumulative counters,
 each update is a handful of bytecodes under the GIL). Latencies go into a log-scale
@@ -51,11 +53,12 @@ _BUCKETS = bytes(range(1 << (_SUB + 1))) + b"".join(
 class _Second:
     """What one second saw."""
 
-    __slots__ = ("batches", "errors", "hist", "queue_n", "queue_ns", "sec")
+    __slots__ = ("batches", "errors", "hist", "queue_n", "queue_ns", "refused", "sec")
 
     def __init__(self, sec: int) -> None:
         self.sec = sec
-        self.errors = 0  # failed requests
+        self.errors = 0  # failed requests (as Triton's statistics count them)
+        self.refused = 0  # requests the core refused (validation), not in Triton's count
         self.queue_ns = 0
         self.queue_n = 0
         self.hist: dict[int, int] = {}  # latency bucket -> successful requests
@@ -66,11 +69,12 @@ class LiveWindow:
     """The last ``WINDOW_S`` seconds of one model version, second by second (monotonic
     clock, the one the statistics use)."""
 
-    __slots__ = ("_cur", "_seconds")
+    __slots__ = ("_cur", "_seconds", "refused_total")
 
     def __init__(self) -> None:
         self._seconds: collections.deque[_Second] = collections.deque(maxlen=WINDOW_S)
         self._cur = _Second(-1)
+        self.refused_total = 0  # since the version loaded
 
     def _second(self, now_ns: int) -> _Second:
         sec = now_ns // _NS
@@ -96,13 +100,20 @@ class LiveWindow:
     def failure(self, t_end: int) -> None:
         self._second(t_end).errors += 1
 
+    def refusal(self, t_end: int) -> None:
+        """A request refused before it was queued (bad inputs): only the core's error path
+        calls this, so accepted requests pay nothing for it."""
+        self._second(t_end).refused += 1
+        self.refused_total += 1
+
     def execution(self, batch_size: int, t_end: int) -> None:
         b = self._second(t_end).batches
         b[batch_size] = b.get(batch_size, 0) + 1
 
     def snapshot(self, now_ns: int | None = None) -> dict[str, Any]:
-        """The summary of the last ``SUMMARY_S`` seconds and per-second series of the last
-        ``WINDOW_S`` (oldest first; seconds without traffic are zeros)."""
+        """The summary of the last ``SUMMARY_S`` seconds (``window_s``) and per-second series
+        of the last ``WINDOW_S`` (``series.window_s``; oldest first, seconds without traffic
+        are zeros). ``errors`` counts failures and refusals, ``refused`` the refusals."""
         now = time.monotonic_ns() if now_ns is None else now_ns
         sec = now // _NS
         # Copies first: recording may go on in other threads (list() of a deque and dict()
@@ -116,13 +127,14 @@ class LiveWindow:
         series: dict[str, list[float]] = {"requests": [], "errors": [], "p99_us": []}
         hist: dict[int, int] = {}
         batches: dict[int, int] = {}
-        errors = queue_n = queue_ns = 0
+        errors = refused = queue_n = queue_ns = 0
         for t in range(sec - WINDOW_S + 1, sec + 1):
             h: dict[int, int] = {}
-            errs = 0
+            errs = refs = 0
             for s in seen.get(t, ()):
                 _add(h, dict(s.hist))
-                errs += s.errors
+                errs += s.errors + s.refused
+                refs += s.refused
                 if t > sec - SUMMARY_S:
                     _add(batches, dict(s.batches))
                     queue_n += s.queue_n
@@ -134,6 +146,7 @@ class LiveWindow:
             if t > sec - SUMMARY_S:
                 _add(hist, h)
                 errors += errs
+                refused += refs
         requests = sum(hist.values())
         # The summary's span so far: SUMMARY_S - 1 whole seconds and what passed of this one.
         span_s = SUMMARY_S - 1 + (now % _NS) / _NS
@@ -141,12 +154,13 @@ class LiveWindow:
             "window_s": SUMMARY_S,
             "requests": requests,
             "errors": errors,
+            "refused": refused,
             "rate": (requests + errors) / span_s,
             "p50_us": _percentile(hist, requests, 0.50),
             "p99_us": _percentile(hist, requests, 0.99),
             "queue_us": queue_ns / queue_n / 1000 if queue_n else 0.0,
             "batches": {str(k): v for k, v in sorted(batches.items())},
-            "series": series,
+            "series": {"window_s": WINDOW_S, **series},
         }
 
 
