@@ -66,6 +66,7 @@ async def load_ensemble(
     for v in sorted(versions, reverse=True):
         sched = EnsembleScheduler(name, steps, core.submit, list(signature.outputs))
         sched.stats = ModelStats(name, str(v))
+        sched.call_graph = core.call_graph
         out.append(
             ModelVersion(
                 name=name,

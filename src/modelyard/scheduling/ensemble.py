@@ -7,7 +7,8 @@ asked for. A step that fails ends the ensemble request with the step's error, pr
 Triton does: ``in ensemble '<name>', <message>``; steps already running finish on their own,
 no further step starts.
 
-Nothing here knows the core: the loader passes ``submit`` (``InferenceServer.submit``).
+Nothing here knows the core: the loader passes ``submit`` (``InferenceServer.submit``) and
+the call graph, where each step counts as an ensemble -> step model edge.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from modelyard.errors import ModelyardError
 from modelyard.scheduling.base import refusal
 from modelyard.serving.context import RequestContext
 from modelyard.serving.stats import ModelStats
+from modelyard.tracing.stores import ENSEMBLE, CallGraph
 from modelyard.types import (
     SEQUENCE_END,
     SEQUENCE_START,
@@ -68,6 +70,7 @@ class EnsembleScheduler:
         self._submit = submit
         self.downstream = _downstream(steps)
         self.stats: ModelStats | None = None  # set by the loader
+        self.call_graph: CallGraph | None = None  # set by the loader
         self._running = 0
         self._closed = False
         self._shutdown = False
@@ -191,8 +194,12 @@ class _Run:
         self.running[key] = None
         flow.running += 1
         self.active += 1
+        graph, caller, t0 = self.sched.call_graph, r.model_name, time.monotonic_ns()
 
         def on_response(resp: InferResponse) -> None:
+            if resp.final and graph is not None:
+                failed = resp.error is not None
+                graph.record(caller, step.model, time.monotonic_ns() - t0, failed, ENSEMBLE)
             self.sched.call_on_loop(self._step_response, flow, index, key, resp)
 
         try:
@@ -200,6 +207,8 @@ class _Run:
             if key in self.running:
                 self.running[key] = sub
         except ModelyardError as e:
+            if graph is not None:  # refused (bad inputs, unavailable): a failed step
+                graph.record(caller, step.model, time.monotonic_ns() - t0, True, ENSEMBLE)
             self.running.pop(key, None)
             flow.running -= 1
             self.active -= 1

@@ -1,9 +1,10 @@
-"""What the dashboard reads: the last finished traces, and the BLS call graph.
+"""What the dashboard reads: the last finished traces, and the call graph.
 
 ``RecentTraces`` keeps the last N traces (any mode) as plain dicts (shape in
-ARCHITECTURE.md). ``CallGraph`` counts every BLS call, traced or not: per (caller, callee)
-edge the calls, errors and a log-bucket latency histogram (8 buckets per octave, so
-percentiles are within ~5 %), a few list operations per call.
+ARCHITECTURE.md). ``CallGraph`` counts every BLS call and every ensemble step, traced or
+not, since the server started: per (caller, callee, kind) edge the calls, errors and a
+log-bucket latency histogram (8 buckets per octave, so percentiles are within ~5 %), a few
+list operations per call.
 """
 
 from __future__ import annotations
@@ -62,9 +63,13 @@ class RecentTraces:
         with self._lock:
             self._items.appendleft(trace)
 
-    def recent(self, limit: int | None = None) -> list[dict[str, Any]]:
+    def recent(self, limit: int | None = None, model: str = "") -> list[dict[str, Any]]:
+        """The newest ``limit`` traces; with ``model``, only the traces of its requests
+        (the trace's own model, the one the client called)."""
         with self._lock:
             items = list(self._items)
+        if model:
+            items = [t for t in items if _model_of(t) == model]
         if limit is not None:
             items = items[: max(0, limit)]
         return [t if isinstance(t, dict) else trace_record(t, self._offset) for t in items]
@@ -72,6 +77,14 @@ class RecentTraces:
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+
+
+def _model_of(trace: Trace | dict[str, Any]) -> str:
+    return str(trace["model"]) if isinstance(trace, dict) else trace.model
+
+
+BLS = "bls"
+ENSEMBLE = "ensemble"
 
 
 class _Edge:
@@ -99,18 +112,20 @@ def _bucket_value(index: int) -> float:
 
 
 class CallGraph:
-    """BLS calls by (caller model, callee model)."""
+    """Calls by (caller model, callee model, kind): ``BLS`` calls a model makes, and the
+    ``ENSEMBLE`` steps an ensemble runs."""
 
     def __init__(self) -> None:
-        self._edges: dict[tuple[str, str], _Edge] = {}
+        self._edges: dict[tuple[str, str, str], _Edge] = {}
         self._lock = threading.Lock()
 
-    def record(self, caller: str, callee: str, ns: int, error: bool) -> None:
+    def record(self, caller: str, callee: str, ns: int, error: bool, kind: str = BLS) -> None:
         index = _bucket(ns)
+        key = (caller, callee, kind)
         with self._lock:
-            edge = self._edges.get((caller, callee))
+            edge = self._edges.get(key)
             if edge is None:
-                edge = self._edges[(caller, callee)] = _Edge()
+                edge = self._edges[key] = _Edge()
             edge.calls += 1
             edge.errors += error
             edge.total_ns += ns
@@ -122,11 +137,12 @@ class CallGraph:
                 (k, e.calls, e.errors, e.total_ns, list(e.buckets)) for k, e in self._edges.items()
             ]
         out = []
-        for (caller, callee), calls, errors, total, buckets in sorted(edges):
+        for (caller, callee, kind), calls, errors, total, buckets in sorted(edges):
             out.append(
                 {
                     "caller": caller,
                     "callee": callee,
+                    "kind": kind,
                     "calls": calls,
                     "errors": errors,
                     "mean_us": total / calls / 1000.0 if calls else 0.0,
