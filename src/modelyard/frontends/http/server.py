@@ -130,6 +130,10 @@ class _Guard:
                 return None if given == value else denied
         return denied
 
+    def guards_dashboard(self) -> bool:
+        """Whether a request to the dashboard needs a header (it is restricted)."""
+        return any(g in self.groups for g in (groups.DASHBOARD, *groups.DASHBOARD_SHOWS))
+
     def check_dashboard(self, request: Request) -> Response | None:
         """The dashboard's own group if it has one, else every group whose data it shows."""
         if groups.DASHBOARD in self.groups:
@@ -367,9 +371,21 @@ async def start_http_server(
     dashboard: bool = False,
 ) -> HttpServer:
     """Bind and serve; logs ``Started HTTPService at {host}:{port}`` once bound.
-    ``dashboard``: also serve the read-only page at ``/dashboard``."""
+    ``dashboard``: also serve the read-only page at ``/dashboard``, and log its address
+    (unless it is restricted: a browser sends no header)."""
     limits = limits or HttpLimits()
     guard = _Guard(restrictions) if restrictions else None
     server = await serve_asgi(_Router(core, limits, guard, dashboard), host, port, limits)
     log.info("Started HTTPService at %s:%d", host, server.port)
+    if dashboard and not (guard and guard.guards_dashboard()):
+        log.info("Dashboard at http://%s:%d%s/", _browsable(host), server.port, DASHBOARD_PREFIX)
     return HttpServer(server, host)
+
+
+def _browsable(host: str) -> str:
+    """The address a browser on this machine opens for ``host`` (a wildcard is every one)."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
