@@ -63,6 +63,34 @@ def fail(http_url: str, count: int) -> None:
         client.close()
 
 
+def refuse(http_url: str, grpc_url: str, model: str, count: int) -> None:
+    """``count`` requests to ``model`` (add_sub's inputs) with a wrong shape, alternating
+    HTTP and gRPC: each refused by validation (HTTP 400, gRPC INVALID_ARGUMENT)."""
+    from tritonclient.utils import InferenceServerException
+
+    clients: list[Any] = [
+        (httpclient, httpclient.InferenceServerClient(http_url), "400"),
+        (grpcclient, grpcclient.InferenceServerClient(grpc_url), "StatusCode.INVALID_ARGUMENT"),
+    ]
+    try:
+        for i in range(count):
+            mod, client, status = clients[i % 2]
+            inputs = []
+            for name in ("INPUT0", "INPUT1"):
+                inp = mod.InferInput(name, [3], "FP32")
+                inp.set_data_from_numpy(np.ones(3, np.float32))
+                inputs.append(inp)
+            try:
+                client.infer(model, inputs)
+            except InferenceServerException as e:
+                assert e.status() == status and "unexpected shape" in str(e), e
+            else:
+                raise AssertionError(f"{model} accepted a wrong shape")
+    finally:
+        for _, client, _ in clients:
+            client.close()
+
+
 class Answer:
     """An HTTP answer: headers and body."""
 

@@ -1,16 +1,25 @@
 """The dashboard's JSON (``/dashboard/api/...``) and its routes on the real server, after
-traffic through tritonclient (HTTP and gRPC): models with state and reason, live statistics,
-the BLS call graph, traces; read-only; the off switch; restricted access."""
+traffic through tritonclient (HTTP and gRPC): models with state and reason, live statistics
+(refused requests among the errors, Triton's statistics unchanged), each figure's window, the
+call graph (BLS calls and ensemble steps), traces and their model filter; read-only; the off
+switch; restricted access; the address the server logs at start-up."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+import modelyard
 from tests.conftest import Serving
-from tests.dashboard.pages import dashboard_repo, drive, fail, get
-from tests.helpers import wait_until
+from tests.dashboard.pages import dashboard_repo, drive, fail, get, refuse
+from tests.helpers import wait_for_log, wait_until
 from tests.serverproc import ServerProcess, refused_start
+
+DASHBOARD_LINE = re.compile(r"Dashboard at (http://[^\s\"]+)")
 
 
 def _api(srv: ServerProcess, name: str) -> Any:
@@ -42,15 +51,98 @@ def test_models_with_state_reason_and_live_statistics(server: ServerProcess) -> 
     assert len(live["series"]["requests"]) == 60 and sum(live["series"]["requests"]) >= 6
     failing = rows["http_raise"]["live"]
     assert failing["errors"] == 2 and failing["fail"] == 2 and failing["requests"] == 0
-    assert _api(server, "models")["server"] == {"name": "triton", "version": "2.51.0"}
+    assert failing["refused"] == 0 and failing["refused_total"] == 0
+
+
+def test_every_figure_says_its_window(server: ServerProcess) -> None:
+    drive(server.http_url, server.grpc_url, "add_sub", 1)
+    live = _rows(server)["add_sub"]["live"]
+    assert live["window_s"] == 10  # requests, errors, refused, rate, percentiles, queue, batches
+    assert live["series"]["window_s"] == 60  # one value per second
+    assert live["since_load"] is True  # success, fail, refused_total, the counts
+    assert _api(server, "call_graph")["since_start"] is True
+
+
+def test_server_version_is_modelyards(server: ServerProcess) -> None:
+    assert _api(server, "models")["server"] == {
+        "name": "triton",
+        "version": modelyard.__version__,
+        "protocol_version": "2.51.0",
+    }
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:  # the protocol still answers as Triton
+        assert client.get_server_metadata()["version"] == "2.51.0"
+    finally:
+        client.close()
+
+
+def test_refused_requests_count_as_errors_but_not_in_tritons_statistics(
+    server: ServerProcess,
+) -> None:
+    """Triton 2.51 counts no failure for a request its validation refuses (HTTP 400): its
+    statistics stay Triton's, the dashboard counts the refusals among the model's errors."""
+    before = _rows(server)["add_sub"]["live"]
+    stats_before = _triton_fail_count(server, "add_sub")
+    refuse(server.http_url, server.grpc_url, "add_sub", 4)
+    live = _rows(server)["add_sub"]["live"]
+    assert live["refused_total"] - before["refused_total"] == 4
+    assert live["refused"] >= 4 and live["errors"] >= live["refused"]
+    assert sum(live["series"]["errors"]) >= 4
+    assert live["fail"] == before["fail"]  # Triton's count, as its statistics give it
+    assert _triton_fail_count(server, "add_sub") == stats_before
+
+
+def _triton_fail_count(server: ServerProcess, model: str) -> int:
+    http = httpclient.InferenceServerClient(server.http_url)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        [h] = http.get_inference_statistics(model)["model_stats"]
+        [g] = grpc.get_inference_statistics(model, as_json=True)["model_stats"]
+    finally:
+        http.close()
+        grpc.close()
+    count = int(h["inference_stats"]["fail"]["count"])
+    assert int(g["inference_stats"]["fail"].get("count", 0)) == count
+    return count
+
+
+def _edges(server: ServerProcess) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(e["caller"], e["callee"]): e for e in _api(server, "call_graph")["edges"]}
+
+
+def _calls(server: ServerProcess, caller: str, callee: str) -> int:
+    edge = _edges(server).get((caller, callee))
+    return int(edge["calls"]) if edge else 0
 
 
 def test_call_graph_edges_after_bls_calls(server: ServerProcess) -> None:
+    before = _calls(server, "bls_add_sub", "add_sub")
     drive(server.http_url, server.grpc_url, "bls_add_sub", 4)
-    edges = {(e["caller"], e["callee"]): e for e in _api(server, "call_graph")["edges"]}
-    edge = edges[("bls_add_sub", "add_sub")]
-    assert edge["calls"] >= 4 and edge["errors"] == 0  # one call per request
+    # The count may lag the client's answer: in process mode the callee's worker replies
+    # straight to the caller's, and the server counts the call when it reads the outcome.
+    wait_until(
+        lambda: _calls(server, "bls_add_sub", "add_sub") >= before + 4,
+        what=lambda: f"4 more bls_add_sub -> add_sub calls than {before}: {_edges(server)}",
+    )
+    edge = _edges(server)[("bls_add_sub", "add_sub")]
+    assert edge["kind"] == "bls" and edge["errors"] == 0  # one call per request
     assert 0 < edge["p50_us"] <= edge["p99_us"]
+
+
+def test_ensemble_steps_in_the_call_graph(server: ServerProcess) -> None:
+    steps = [("ensemble_add_sub", "add_sub"), ("ensemble_add_sub", "bls_add_sub")]
+    before = {s: _calls(server, *s) for s in steps}
+    drive(server.http_url, server.grpc_url, "ensemble_add_sub", 3)
+    wait_until(
+        lambda: all(_calls(server, *s) >= before[s] + 3 for s in steps),
+        what=lambda: f"3 more calls on each of {steps}: {_edges(server)}",
+    )
+    edges = _edges(server)
+    for step in steps:
+        edge = edges[step]
+        assert edge["kind"] == "ensemble" and edge["errors"] == 0
+        assert 0 < edge["p50_us"] <= edge["p99_us"]
+    assert edges[("bls_add_sub", "add_sub")]["kind"] == "bls"  # the second step's own call
 
 
 def test_traces_off_then_on_with_spans(server: ServerProcess) -> None:
@@ -77,10 +169,38 @@ def test_traces_off_then_on_with_spans(server: ServerProcess) -> None:
     assert answer.json() == {"error": "'limit' must be a non-negative integer, got 'x'"}
 
 
-def _http_client(server: ServerProcess) -> Any:
-    import tritonclient.http as httpclient
+def test_traces_filtered_by_model(server: ServerProcess) -> None:
+    client = _http_client(server)
+    try:
+        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})
+        drive(server.http_url, server.grpc_url, "add_sub", 2)
+        drive(server.http_url, server.grpc_url, "bls_add_sub", 2)
+        wait_until(lambda: len(_api(server, "traces?model=bls_add_sub")["traces"]) >= 2)
+        wait_until(lambda: len(_api(server, "traces?model=add_sub")["traces"]) >= 2)
+    finally:
+        client.update_trace_settings(settings={"trace_level": ["OFF"]})
+        client.close()
+    doc = _api(server, "traces?model=add_sub&limit=100")
+    assert doc["model"] == "add_sub" and doc["limit"] == 100
+    assert {t["model"] for t in doc["traces"]} == {"add_sub"}  # not the BLS callers' traces
+    doc = _api(server, "traces?model=bls_add_sub&limit=1")
+    assert [t["model"] for t in doc["traces"]] == ["bls_add_sub"]
+    assert _api(server, "traces?model=nope")["traces"] == []
+    every = _api(server, "traces?limit=100")
+    assert every["model"] is None
+    assert {"add_sub", "bls_add_sub"} <= {t["model"] for t in every["traces"]}
 
+
+def _http_client(server: ServerProcess) -> Any:
     return httpclient.InferenceServerClient(server.http_url)
+
+
+def test_dashboard_address_logged_at_start(server: ServerProcess) -> None:
+    url = wait_for_log(server, DASHBOARD_LINE).group(1)
+    assert url == f"http://127.0.0.1:{server.ports['http']}/dashboard/"  # the bound port
+    assert len(DASHBOARD_LINE.findall(server.output())) == 1
+    status, answer = get(url)
+    assert status == 200 and b"modelyard dashboard" in answer.body
 
 
 def test_page_and_files(server: ServerProcess) -> None:
@@ -111,6 +231,7 @@ def test_off_switch(serving: Serving) -> None:
             status, answer = get(f"http://{srv.http_url}{path}")
             assert (status, answer.body) == (404, b'{"error":"Not Found"}'), path
         assert get(f"http://{srv.http_url}/v2/health/live")[0] == 200
+        assert not DASHBOARD_LINE.search(srv.output())  # nothing to open
 
 
 def test_restricted_dashboard_group(serving: Serving) -> None:
@@ -124,6 +245,7 @@ def test_restricted_dashboard_group(serving: Serving) -> None:
         assert get(url, {"admin-key": "wrong"})[0] == 403
         assert get(url, {"Admin-Key": "s3cret"})[0] == 200
         assert get(f"http://{srv.http_url}/v2/models/stats")[0] == 200  # its own group only
+        assert not DASHBOARD_LINE.search(srv.output())  # a browser sends no header
 
 
 def test_dashboard_guarded_by_the_groups_it_shows(serving: Serving) -> None:
@@ -136,6 +258,13 @@ def test_dashboard_guarded_by_the_groups_it_shows(serving: Serving) -> None:
         assert get(url)[0] == 403
         assert get(url, {"stats-key": "a"})[0] == 403
         assert get(url, {"stats-key": "a", "trace-key": "b"})[0] == 200
+        assert not DASHBOARD_LINE.search(srv.output())
+
+
+def test_no_dashboard_address_without_http(serving: Serving) -> None:
+    with serving.server(serving.repo(), endpoints=("grpc",)) as srv:
+        assert "Started GRPCInferenceService" in srv.output()
+        assert not DASHBOARD_LINE.search(srv.output())
 
 
 def test_dashboard_group_is_http_only(tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
 """The dashboard in a real headless browser (Debian's chromium driven by selenium through
 chromedriver), after real traffic through tritonclient: the model rows with their state and
-reason, a live request rate, the BLS edge in the call graph, the tracing-off notice and then
-a trace's timeline, and the off switch. A screenshot goes to the test's tmp_path.
+reason, a live request rate, refused requests among the errors, each figure's window,
+modelyard's version, the BLS edge and an ensemble's steps in the call graph, the tracing-off
+notice and then a trace's timeline, the traces' model filter and pause, and the off switch.
+A screenshot goes to the test's tmp_path.
 
 Skipped (with the reason) where selenium, chromium or chromedriver is missing; ``.ci/run``
 installs Debian's chromium and chromium-driver when it can."""
@@ -18,14 +20,16 @@ from typing import Any
 import pytest
 import tritonclient.http as httpclient
 
+import modelyard
 from tests.conftest import Serving
-from tests.dashboard.pages import dashboard_repo, drive
-from tests.helpers import WAIT_S
+from tests.dashboard.pages import dashboard_repo, drive, get, refuse
+from tests.helpers import WAIT_S, wait_until
 from tests.serverproc import ServerProcess
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
 from selenium.common.exceptions import WebDriverException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.select import Select  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -110,6 +114,14 @@ def test_page_after_traffic(browser: Any, server: ServerProcess, tmp_path: Path)
     browser.get(f"http://{server.http_url}/dashboard")
     assert browser.title == "modelyard dashboard"
     _wait(browser, lambda d: _cell(d, "add_sub", "state") == "READY", "add_sub READY")
+    header = browser.find_element(By.ID, "server").text
+    assert f"{modelyard.__version__} · id triton · Triton protocol 2.51.0" == header
+    heads = [
+        " ".join(th.text.split()) for th in browser.find_elements(By.CSS_SELECTOR, "#models th")
+    ]
+    assert "req/s (10 s)" in heads and "errors (incl. refused) (10 s)" in heads
+    assert "total (since load)" in heads and "req/s (last 60 s)" in heads
+    assert "(since start)" in browser.find_element(By.CSS_SELECTOR, "#graph-section h2").text
     assert _cell(browser, "py_init_error", "state") == "UNAVAILABLE"
     reason = browser.find_element(By.CSS_SELECTOR, 'tr.reason-row[data-model="py_init_error"]')
     assert "lorem_ipsum" in reason.text
@@ -120,7 +132,10 @@ def test_page_after_traffic(browser: Any, server: ServerProcess, tmp_path: Path)
 
     with _Traffic(server):
         drive(server.http_url, server.grpc_url, "bls_add_sub", 3)
+        drive(server.http_url, server.grpc_url, "ensemble_add_sub", 2)
+        refuse(server.http_url, server.grpc_url, "ensemble_add_sub", 2)
         _wait(browser, lambda d: _cell(d, "add_sub", "rate") not in ("", "0.0"), "a rate")
+        _wait(browser, lambda d: _cell(d, "ensemble_add_sub", "errors") == "2", "2 refused")
         rate = float(_cell(browser, "add_sub", "rate"))
         total = int(_cell(browser, "add_sub", "total"))
         assert rate > 0 and total > 0
@@ -135,13 +150,23 @@ def test_page_after_traffic(browser: Any, server: ServerProcess, tmp_path: Path)
         "the bls_add_sub -> add_sub edge",
     )[0]
     assert "calls" in edge.find_element(By.TAG_NAME, "text").text
+    assert edge.get_attribute("data-kind") == "bls"
+    # The ensemble: a node of its own kind, its steps as edges of theirs.
+    _wait(
+        browser,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, '#graph g.edge[data-kind="ensemble"]')) == 2,
+        "the ensemble's two step edges",
+    )
     nodes = {
-        n.get_attribute("data-model")
+        n.get_attribute("data-model"): n.get_attribute("data-kind")
         for n in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")
     }
-    assert nodes == {"bls_add_sub", "add_sub"}
+    assert nodes == {"bls_add_sub": "model", "add_sub": "model", "ensemble_add_sub": "ensemble"}
     row = browser.find_element(By.CSS_SELECTOR, '#edges tr[data-caller="bls_add_sub"]')
     assert int(row.find_element(By.CSS_SELECTOR, "td.calls").text) >= 3
+    row = browser.find_element(By.CSS_SELECTOR, '#edges tr[data-callee="bls_add_sub"]')
+    assert row.get_attribute("data-kind") == "ensemble"
+    assert row.find_element(By.CSS_SELECTOR, "td.kind").text == "ensemble step"
 
     # Tracing on at run time: a BLS request's trace, its spans on the timeline.
     client = httpclient.InferenceServerClient(server.http_url)
@@ -165,6 +190,69 @@ def test_page_after_traffic(browser: Any, server: ServerProcess, tmp_path: Path)
 
     shot = tmp_path / "dashboard.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+
+def _shown(driver: Any) -> list[tuple[str, str]]:
+    """(trace id, model) of every trace on the page."""
+    return [
+        (str(t.get_attribute("data-trace-id")), str(t.get_attribute("data-model")))
+        for t in driver.find_elements(By.CSS_SELECTOR, "#traces .trace")
+    ]
+
+
+def _polls(driver: Any) -> int:
+    return int(driver.find_element(By.ID, "status").get_attribute("data-polls") or 0)
+
+
+def _stored_ids(server: ServerProcess, model: str) -> set[str]:
+    status, answer = get(f"http://{server.http_url}/dashboard/api/traces?model={model}")
+    assert status == 200
+    return {t["trace_id"] for t in answer.json()["traces"]}
+
+
+def test_traces_filter_and_pause(browser: Any, server: ServerProcess) -> None:
+    browser.get(f"http://{server.http_url}/dashboard")
+    select = _wait(
+        browser,
+        lambda d: (
+            d.find_elements(By.CSS_SELECTOR, '#trace-model option[value="add_sub"]')
+            and Select(d.find_element(By.ID, "trace-model"))
+        ),
+        "add_sub in the model filter",
+    )
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})
+        # The filter: only add_sub's own requests, not the BLS caller's.
+        select.select_by_value("add_sub")
+        drive(server.http_url, server.grpc_url, "bls_add_sub", 1)
+        drive(server.http_url, server.grpc_url, "add_sub", 1)
+        _wait(
+            browser,
+            lambda d: (shown := _shown(d)) and {m for _, m in shown} == {"add_sub"},
+            "add_sub's traces only",
+        )
+        assert browser.find_element(By.ID, "traces").get_attribute("data-model") == "add_sub"
+
+        # Paused: later traces are stored but the page keeps what it shows.
+        browser.find_element(By.ID, "trace-pause").click()
+        _wait(browser, lambda d: d.find_element(By.ID, "traces-paused").is_displayed(), "paused")
+        assert browser.find_element(By.ID, "trace-pause").text == "Resume"
+        shown = _shown(browser)
+        drive(server.http_url, server.grpc_url, "add_sub", 1)
+        old = {i for i, _ in shown}
+        new = wait_until(lambda: _stored_ids(server, "add_sub") - old, what="a new add_sub trace")
+        polls = _polls(browser)
+        _wait(browser, lambda d: _polls(d) >= polls + 2, "two polls after the new trace")
+        assert _shown(browser) == shown
+
+        # Resumed: the new trace comes in.
+        browser.find_element(By.ID, "trace-pause").click()
+        _wait(browser, lambda d: new & {i for i, _ in _shown(d)}, "the new trace after resuming")
+        assert not browser.find_element(By.ID, "traces-paused").is_displayed()
+    finally:
+        client.update_trace_settings(settings={"trace_level": ["OFF"]})
+        client.close()
 
 
 def test_off_switch(browser: Any, serving: Serving) -> None:

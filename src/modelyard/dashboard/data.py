@@ -1,10 +1,13 @@
-"""The dashboard's JSON: models with their state and live statistics, the BLS call graph,
-the last traces. Read-only views of the core; nothing here changes the server."""
+"""The dashboard's JSON: models with their state and live statistics, the call graph (BLS
+calls and ensemble steps), the last traces. Read-only views of the core; nothing here changes
+the server. Every figure says what it covers: ``window_s`` (the live summary, the series),
+``since_load`` (a version's totals) or ``since_start`` (the call graph)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import modelyard
 from modelyard.core.index import repository_index
 
 if TYPE_CHECKING:
@@ -37,20 +40,33 @@ def models(core: InferenceServer) -> dict[str, Any]:
         rows.append(row)
     for (name, version), stats in sorted(live.items()):  # loaded, gone from the index
         rows.append({"name": name, "version": version, "state": "READY", "live": stats})
+    return {"server": server(core), "models": rows}
+
+
+def server(core: InferenceServer) -> dict[str, Any]:
+    """modelyard's version, and the Triton version whose protocol it speaks (what
+    ``/v2`` answers as the server's version)."""
     meta = core.server_metadata()
-    return {"server": {"name": meta["name"], "version": meta["version"]}, "models": rows}
+    return {
+        "name": meta["name"],
+        "version": modelyard.__version__,
+        "protocol_version": meta["version"],
+    }
 
 
 def call_graph(core: InferenceServer) -> dict[str, Any]:
-    """The BLS calls observed since the start: caller -> callee edges."""
-    return {"edges": core.call_graph.snapshot()}
+    """The calls observed since the server started: caller -> callee edges, each a model's
+    BLS calls (``kind`` "bls") or an ensemble's steps ("ensemble")."""
+    return {"since_start": True, "edges": core.call_graph.snapshot()}
 
 
-def traces(core: InferenceServer, limit: int = DEFAULT_TRACES) -> dict[str, Any]:
+def traces(core: InferenceServer, limit: int = DEFAULT_TRACES, model: str = "") -> dict[str, Any]:
     """Whether tracing is on (with the global settings, or how to turn it on) and the last
-    ``limit`` finished traces, newest first."""
+    ``limit`` finished traces (of ``model``'s requests when given), newest first."""
     on = core.tracer.on
     tracing: dict[str, Any] = {"on": on, "settings": core.get_trace_settings()}
     if not on:
         tracing["help"] = TRACING_HELP
-    return {"tracing": tracing, "traces": core.traces.recent(min(limit, MAX_TRACES))}
+    limit = min(limit, MAX_TRACES)
+    found = core.traces.recent(limit, model)
+    return {"tracing": tracing, "model": model or None, "limit": limit, "traces": found}

@@ -102,7 +102,8 @@ class Dashboard:
                         f"'limit' must be a non-negative integer, got '{text}'", 400
                     )
                 limit = int(text)
-            value = data.traces(core, limit)
+            model = query["model"][-1] if "model" in query else ""
+            value = data.traces(core, limit, model)
         else:
             return _NOT_FOUND
         return Response(orjson.dumps(value), 200, _API_HEADERS)

@@ -1,5 +1,6 @@
 // modelyard dashboard: polls /dashboard/api/* every two seconds and renders the models,
-// the BLS call graph (SVG) and the recent traces (timelines). Plain DOM, no library.
+// the call graph (BLS calls and ensemble steps, SVG) and the recent traces (timelines, with
+// a model filter and a pause). Plain DOM, no library.
 // Everything from the server is set as text (textContent), never parsed as HTML.
 "use strict";
 
@@ -54,19 +55,29 @@ function sparkline(series) {
   return box;
 }
 
+function setAll(selector, text) {
+  for (const node of document.querySelectorAll(selector)) node.textContent = text;
+}
+
 function renderModels(doc) {
-  document.getElementById("server").textContent = `${doc.server.name} ${doc.server.version}`;
+  const server = doc.server;
+  document.getElementById("server").textContent =
+    `${server.version} · id ${server.name} · Triton protocol ${server.protocol_version}`;
   const body = document.querySelector("#models tbody");
   const rows = [];
   for (const m of doc.models) {
     const live = m.live;
-    if (live) document.getElementById("window").textContent = live.window_s;
+    if (live) {
+      setAll(".win-summary", String(live.window_s));
+      setAll(".win-series", String(live.series.window_s));
+    }
     const state = m.state || "";
     const row = el("tr", { "data-model": m.name, "data-version": m.version || "" });
     const batches = live
       ? Object.entries(live.batches).map(([size, n]) => `${size}: ${n}`).join(", ") || "–"
       : "";
     const errors = live ? String(live.errors) : "";
+    const errorsTitle = live ? `${live.errors - live.refused} failed, ${live.refused} refused` : null;
     row.append(
       el("td", { class: "model" }, m.name),
       el("td", { class: "version" }, m.version || ""),
@@ -76,8 +87,8 @@ function renderModels(doc) {
       el("td", { class: "num p99" }, live ? us(live.p99_us) : ""),
       el("td", { class: "num queue" }, live ? us(live.queue_us) : ""),
       el("td", { class: "batches" }, batches),
-      el("td", { class: "num errors" + (live && live.errors ? " errors-nonzero" : "") }, errors),
-      el("td", { class: "num total" }, live ? String(live.success + live.fail) : ""),
+      el("td", { class: "num errors" + (live && live.errors ? " errors-nonzero" : ""), title: errorsTitle }, errors),
+      el("td", { class: "num total" }, live ? String(live.success + live.fail + live.refused_total) : ""),
       el("td", { class: "spark" }, live ? sparkline(live.series.requests) : ""),
     );
     rows.push(row);
@@ -88,6 +99,7 @@ function renderModels(doc) {
     }
   }
   body.replaceChildren(...rows);
+  modelChoices([...new Set(doc.models.map((m) => m.name))].sort());
 }
 
 // -- call graph ---------------------------------------------------------------------------
@@ -116,8 +128,9 @@ function renderGraph(doc) {
   const { names, depth } = layers(edges);
   const columns = {};
   for (const n of names) (columns[depth[n]] = columns[depth[n]] || []).push(n);
+  const ensembles = new Set(edges.filter((e) => e.kind === "ensemble").map((e) => e.caller));
   const nodeW = Math.max(110, ...names.map((n) => n.length * 7.5 + 24));
-  const nodeH = 30, colGap = 170, rowGap = 56;
+  const nodeH = 30, colGap = 170, rowGap = 56, arc = 56;
   const pos = {};
   let height = 0;
   for (const [d, list] of Object.entries(columns)) {
@@ -126,6 +139,10 @@ function renderGraph(doc) {
       height = Math.max(height, pos[n].y + nodeH + 14);
     });
   }
+  // An edge that skips a column (an ensemble's step to a model another step calls too)
+  // arcs below the nodes rather than running through the one between.
+  const skips = (e) => depth[e.callee] - depth[e.caller] > 1;
+  if (edges.some(skips)) height += arc;
   const width = 20 + Object.keys(columns).length * (nodeW + colGap) - colGap;
   box.setAttribute("viewBox", `0 0 ${Math.max(width, 200)} ${height || 1}`);
   box.style.height = edges.length ? height + "px" : "0";
@@ -140,12 +157,20 @@ function renderGraph(doc) {
   const parts = [defs];
   for (const e of edges) {
     const a = pos[e.caller], b = pos[e.callee];
-    const g = svg("g", { class: "edge" + (e.errors ? " failing" : ""), "data-caller": e.caller, "data-callee": e.callee });
+    const g = svg("g", {
+      class: `edge ${e.kind}` + (e.errors ? " failing" : ""),
+      "data-caller": e.caller, "data-callee": e.callee, "data-kind": e.kind,
+    });
     let d, lx, ly;
     if (e.caller === e.callee) {
       const x = a.x + nodeW / 2, y = a.y;
       d = `M ${x - 12} ${y} C ${x - 30} ${y - 40}, ${x + 30} ${y - 40}, ${x + 12} ${y}`;
       lx = x; ly = y - 30;
+    } else if (skips(e)) {
+      const x1 = a.x + nodeW / 2, y1 = a.y + nodeH, x2 = b.x + nodeW / 2, y2 = b.y + nodeH;
+      const low = Math.max(y1, y2) + arc;
+      d = `M ${x1} ${y1} C ${x1} ${low}, ${x2} ${low}, ${x2} ${y2}`;
+      lx = (x1 + x2) / 2; ly = Math.max(y1, y2) + arc * 0.75 + 13;  // under the curve's lowest point
     } else {
       const x1 = a.x + nodeW, y1 = a.y + nodeH / 2, x2 = b.x, y2 = b.y + nodeH / 2;
       const bend = Math.max(40, Math.abs(x2 - x1) / 2);
@@ -154,12 +179,17 @@ function renderGraph(doc) {
     }
     g.append(svg("path", { d, "marker-end": "url(#arrow)" }));
     const label = svg("text", { x: lx, y: ly, "text-anchor": "middle" });
-    label.textContent = `${e.calls} calls · p50 ${us(e.p50_us)}` + (e.errors ? ` · ${e.errors} err` : "");
+    const what = e.kind === "ensemble" ? "steps" : "calls";
+    label.textContent = `${e.calls} ${what} · p50 ${us(e.p50_us)}` + (e.errors ? ` · ${e.errors} err` : "");
     g.append(label);
     parts.push(g);
   }
   for (const n of names) {
-    const g = svg("g", { class: "node", "data-model": n, transform: `translate(${pos[n].x},${pos[n].y})` });
+    const kind = ensembles.has(n) ? "ensemble" : "model";
+    const g = svg("g", {
+      class: "node " + kind, "data-model": n, "data-kind": kind,
+      transform: `translate(${pos[n].x},${pos[n].y})`,
+    });
     g.append(svg("rect", { width: nodeW, height: nodeH }));
     const t = svg("text", { x: nodeW / 2, y: nodeH / 2 + 4, "text-anchor": "middle" });
     t.textContent = n;
@@ -169,10 +199,11 @@ function renderGraph(doc) {
   box.replaceChildren(...parts);
 
   const rows = edges.map((e) => {
-    const row = el("tr", { "data-caller": e.caller, "data-callee": e.callee });
+    const row = el("tr", { "data-caller": e.caller, "data-callee": e.callee, "data-kind": e.kind });
     row.append(
       el("td", { class: "caller" }, e.caller),
       el("td", { class: "callee" }, e.callee),
+      el("td", { class: "kind" }, e.kind === "ensemble" ? "ensemble step" : "BLS"),
       el("td", { class: "num calls" }, String(e.calls)),
       el("td", { class: "num errors" + (e.errors ? " errors-nonzero" : "") }, String(e.errors)),
       el("td", { class: "num" }, us(e.mean_us)),
@@ -234,6 +265,39 @@ function renderTrace(trace, open) {
   return box;
 }
 
+// The traces' controls: a model filter (sent as ?model=) and a pause that stops replacing
+// the traces shown. A poll that was under way when the view changed is dropped (``seq``).
+const traceView = { paused: false, model: "", seq: 0 };
+
+function modelChoices(names) {
+  const select = document.getElementById("trace-model");
+  const have = [...select.options].slice(1).map((o) => o.value);
+  if (traceView.model && !names.includes(traceView.model)) names = [...names, traceView.model];
+  if (have.join("\n") === names.join("\n")) return;
+  const options = names.map((n) => el("option", { value: n }, n));
+  select.replaceChildren(select.options[0], ...options);
+  select.value = traceView.model;
+}
+
+async function loadTraces(force) {
+  if (traceView.paused && !force) return;
+  const seq = ++traceView.seq;
+  const query = traceView.model ? "&model=" + encodeURIComponent(traceView.model) : "";
+  const doc = await getJSON(`api/traces?limit=${TRACES_SHOWN}${query}`);
+  if (seq === traceView.seq) renderTraces(doc);
+}
+
+function setPaused(paused) {
+  traceView.paused = paused;
+  traceView.seq++;
+  const button = document.getElementById("trace-pause");
+  button.textContent = paused ? "Resume" : "Pause";
+  button.setAttribute("aria-pressed", String(paused));
+  document.getElementById("traces-paused").hidden = !paused;
+  document.getElementById("traces").classList.toggle("paused-view", paused);
+  if (!paused) loadTraces(false).catch(showError);
+}
+
 function renderTraces(doc) {
   const off = document.getElementById("tracing-off");
   off.hidden = doc.tracing.on;
@@ -245,26 +309,40 @@ function renderTraces(doc) {
   for (const d of document.querySelectorAll("#traces details")) was[d.dataset.traceId] = d.open;
   document.getElementById("traces").replaceChildren(
     ...shown.map((t, i) => renderTrace(t, was[t.trace_id] ?? i < TRACES_OPEN)));
+  const box = document.getElementById("traces");
+  box.dataset.model = doc.model || "";
+  box.dataset.loads = String(Number(box.dataset.loads || 0) + 1);
 }
 
 // -- polling ------------------------------------------------------------------------------
 
+function showError(err) {
+  const status = document.getElementById("status");
+  status.textContent = "cannot reach the server: " + err.message;
+  status.className = "status error";
+}
+
 async function refresh() {
   const status = document.getElementById("status");
   try {
-    const [models, graph, traces] = await Promise.all([
-      getJSON("api/models"), getJSON("api/call_graph"), getJSON(`api/traces?limit=${TRACES_SHOWN}`),
-    ]);
+    const [models, graph] = await Promise.all([getJSON("api/models"), getJSON("api/call_graph")]);
     renderModels(models);
     renderGraph(graph);
-    renderTraces(traces);
+    await loadTraces(false);
     status.textContent = "updated " + new Date().toLocaleTimeString();
     status.className = "status";
   } catch (err) {
-    status.textContent = "cannot reach the server: " + err.message;
-    status.className = "status error";
+    showError(err);
   }
+  // Polls so far (tests wait on it rather than on the clock).
+  status.dataset.polls = String(Number(status.dataset.polls || 0) + 1);
   setTimeout(refresh, POLL_MS);
 }
 
+document.getElementById("traces-limit").textContent = String(TRACES_SHOWN);
+document.getElementById("trace-pause").addEventListener("click", () => setPaused(!traceView.paused));
+document.getElementById("trace-model").addEventListener("change", (event) => {
+  traceView.model = event.target.value;
+  loadTraces(true).catch(showError);  // the new filter applies at once, paused or not
+});
 refresh();
