@@ -20,7 +20,7 @@ from modelyard.core.options import ServerOptions
 from modelyard.fdlimit import raise_fd_limit
 from modelyard.frontends.options import FrontendOptions, frontend_options
 from modelyard.heap import retain_freed_memory
-from modelyard.tracing.config import TraceConfig, TraceConfigError, parse_trace_config
+from modelyard.tracing.config import TraceConfig, TraceConfigError, parse_trace_flags
 
 log = logging.getLogger("modelyard")
 
@@ -38,7 +38,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         load_threads=args.model_load_thread_count,
         allow_client_shm=args.allow_client_shm,
         cache_bytes=_cache_bytes(args.cache_config),
-        trace=_trace_config(args.trace_config),
+        trace=_trace_config(args.trace_flags),
         load=LoadOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             backend_settings=parse_backend_config(args.backend_config),
@@ -55,9 +55,12 @@ def _cache_bytes(items: list[str]) -> int:
         raise SystemExit(str(e)) from None
 
 
-def _trace_config(items: list[str]) -> TraceConfig:
+def _trace_config(flags: list[tuple[str, str]]) -> TraceConfig:
+    def warn(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)  # raw, as Triton prints them
+
     try:
-        return parse_trace_config(items)
+        return parse_trace_flags(flags, warn)
     except TraceConfigError as e:
         raise SystemExit(str(e)) from None
 

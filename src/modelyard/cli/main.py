@@ -10,6 +10,7 @@ from collections.abc import MutableMapping, Sequence
 from modelyard.bench.args import add_parser as add_bench_parser
 from modelyard.cli.frontend_flags import add_frontend_flags
 from modelyard.cli.ray_flags import add_ray_flags
+from modelyard.cli.trace_flags import add_trace_flags
 from modelyard.heap import DEFAULT_RETAIN_MB
 
 # gRPC settings read from the environment when grpc is first imported, so set before that.
@@ -178,16 +179,7 @@ def add_serve_flags(s: argparse.ArgumentParser, repository_required: bool = True
         help="response cache, Triton's syntax: local,size=BYTES enables an LRU "
         "cache for models with response_cache { enable: true }",
     )
-    s.add_argument(
-        "--trace-config",
-        action="append",
-        default=[],
-        metavar="[MODE,]SETTING=VALUE",
-        help="tracing, Triton's syntax (repeatable): level=TIMESTAMPS|TENSORS|OFF, rate=N, "
-        "count=N, mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; "
-        "opentelemetry,url=HOST:PORT/v1/traces, opentelemetry,resource=KEY=VALUE, "
-        "opentelemetry,bsp_max_queue_size|bsp_schedule_delay|bsp_max_export_batch_size=N",
-    )
+    add_trace_flags(s)
     s.add_argument(
         "--model-control-mode",
         choices=["none", "explicit", "poll"],

@@ -1,16 +1,25 @@
-"""``--trace-config`` as Triton parses it (src/command_line_parser.cc), with its messages.
+"""``--trace-config`` and Triton's deprecated trace flags as Triton 2.51 parses them
+(src/command_line_parser.cc), with its messages and warnings.
 
 Global settings are ``<setting>=<value>`` (``rate``, ``level``, ``count``, ``mode``); mode
 settings are ``<mode>,<setting>=<value>``: ``triton,file=PATH``, ``triton,log-frequency=N``,
 ``opentelemetry,url=URL``, ``opentelemetry,resource=KEY=VALUE`` (repeatable) and the batch
 span processor's ``bsp_max_queue_size``, ``bsp_schedule_delay``,
 ``bsp_max_export_batch_size`` (defaults from ``OTEL_BSP_*`` or 2048, 5000, 512). ``level``
-may be given several times (the levels add up; OFF anywhere turns tracing off).
+may be given several times (the levels add up).
+
+The deprecated ``--trace-file``, ``--trace-level`` (repeatable, levels add up),
+``--trace-rate``, ``--trace-count`` and ``--trace-log-frequency`` each print a warning as
+they are read; ``--trace-config`` is applied on top of them (a warning for each setting it
+overrides; its levels add to theirs), and in OpenTelemetry mode the file and log frequency
+are ignored (a warning each). ``OFF`` disables tracing only from ``--trace-level``: Triton
+2.51 drops a ``--trace-config level=OFF`` among other levels (it sets a copy of its flag).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 # Trace levels: bits, as TRITONSERVER_InferenceTraceLevel.
@@ -23,6 +32,25 @@ MODE_OPENTELEMETRY = "opentelemetry"
 
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _UINT32 = (0, (1 << 32) - 1)
+_UNSIGNED = 0xFFFFFFFF  # Triton stores rate and log frequency as uint32
+
+TRACE_CONFIG = "trace-config"
+# Triton's deprecated flags -> what its warning says to use instead.
+DEPRECATED_FLAGS = {
+    "trace-file": "triton,file=<filepath>",
+    "trace-level": "level=<OFF|TIMESTAMPS|TENSORS>",
+    "trace-rate": "rate=<rate value>",
+    "trace-count": "count=<count value>",
+    "trace-log-frequency": "triton,log-frequency=<log frequency value>",
+}
+# The --trace-config setting that overrides each, as its override warning names it.
+_OVERRIDES = {
+    ("", "rate"): ("trace-rate", "rate value"),
+    ("", "level"): ("trace-level", "level"),
+    ("", "count"): ("trace-count", "count"),
+    (MODE_TRITON, "file"): ("trace-file", "file"),
+    (MODE_TRITON, "log-frequency"): ("trace-log-frequency", "log-frequency"),
+}
 
 # Batch span processor settings, their environment variables and defaults (as Triton's).
 BSP_DEFAULTS = (
@@ -63,14 +91,14 @@ class TraceConfig:
 
 
 def parse_level(text: str) -> int:
-    arg = text.lower()
+    arg = text.lower()  # (the message shows it lowered too)
     if arg in ("false", "off"):
         return LEVEL_OFF
     if arg in ("true", "on", "min", "max", "timestamps"):
         return LEVEL_TIMESTAMPS
     if arg == "tensors":
         return LEVEL_TENSORS
-    raise TraceConfigError(f"invalid value for trace level option: {text}")
+    raise TraceConfigError(f"invalid value for trace level option: {arg}")
 
 
 def parse_mode(text: str) -> str:
@@ -78,7 +106,7 @@ def parse_mode(text: str) -> str:
     if arg in (MODE_TRITON, MODE_OPENTELEMETRY):
         return arg
     raise TraceConfigError(
-        f"invalid value for trace mode option: {text}. "
+        f"invalid value for trace mode option: {arg}. "
         'Available options are "triton" and "opentelemetry"'
     )
 
@@ -120,48 +148,111 @@ def split_item(item: str) -> tuple[str, str, str]:
 
 def parse_trace_config(items: list[str]) -> TraceConfig:
     """The ``--trace-config`` flags, in order; TraceConfigError with Triton's text."""
-    parsed = []
-    for item in items:
-        try:
-            parsed.append(split_item(item))
-        except TraceConfigError as e:
-            raise TraceConfigError(f'Bad option: "--trace-config".\n{e}') from None
+    return parse_trace_flags([(TRACE_CONFIG, item) for item in items])
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def parse_trace_flags(
+    flags: Sequence[tuple[str, str]], warn: Callable[[str], None] = _quiet
+) -> TraceConfig:
+    """The tracing flags in the order given, each ``(name, value)``: ``("trace-config",
+    item)`` or a deprecated one (``("trace-rate", "1")``). ``warn`` gets Triton's warnings
+    as Triton prints them (the deprecation's as each flag is read, so before its error);
+    TraceConfigError with Triton's text."""
     config = TraceConfig()
+    parsed: list[tuple[str, str, str]] = []
+    given: set[str] = set()
     disabled = False
-    for mode, setting, value in parsed:
-        if mode:
-            continue
+    for name, value in flags:
         try:
-            if setting == "rate":
-                config.rate = parse_int(value) & 0xFFFFFFFF  # Triton stores it unsigned
-            elif setting == "level":
-                level = parse_level(value)
-                disabled |= level == LEVEL_OFF
-                config.level |= level
-            elif setting == "mode":
-                config.mode = parse_mode(value)
-            elif setting == "count":
-                config.count = parse_int(value)
+            if name == TRACE_CONFIG:
+                parsed.append(split_item(value))
+                continue
+            warn(
+                f"Warning: '--{name}' has been deprecated and will be removed in future "
+                f"releases. Please use '--trace-config {DEPRECATED_FLAGS[name]} instead."
+            )
+            given.add(name)
+            disabled |= _deprecated_flag(config, name, value)
         except TraceConfigError as e:
-            raise TraceConfigError(f'Bad option: "--trace-config {setting}".\n{e}') from None
+            raise TraceConfigError(f'Bad option: "--{name}".\n{e}') from None
+
+    def overriding(mode: str, setting: str) -> None:
+        flag, what = _OVERRIDES.get((mode, setting), ("", ""))
+        if flag in given:
+            warn(
+                f"Warning: Overriding deprecated '--{flag}' in favor of provided {what} "
+                "in --trace-config!"
+            )
+
+    for mode, setting, value in parsed:
+        if not mode:
+            try:
+                overriding(mode, setting)
+                _global_setting(config, setting, value)
+            except TraceConfigError as e:
+                raise TraceConfigError(f'Bad option: "--trace-config {setting}".\n{e}') from None
     if config.mode == MODE_TRITON:
         for mode, setting, value in parsed:
-            if mode != MODE_TRITON:
-                continue
-            try:
-                if setting == "file":
-                    config.file = value
-                elif setting == "log-frequency":
-                    config.log_frequency = parse_int(value) & 0xFFFFFFFF
-            except TraceConfigError as e:
-                raise TraceConfigError(
-                    f'Bad option: "--trace-config triton,{setting}".\n{e}'
-                ) from None
+            if mode == MODE_TRITON:
+                try:
+                    overriding(mode, setting)
+                    _triton_setting(config, setting, value)
+                except TraceConfigError as e:
+                    raise TraceConfigError(
+                        f'Bad option: "--trace-config triton,{setting}".\n{e}'
+                    ) from None
     else:
+        for flag, tail in (("trace-file", " "), ("trace-log-frequency", "")):
+            if flag in given:
+                warn(
+                    f"Warning: '--{flag}' is deprecated and will be ignored with "
+                    f"opentelemetry tracing mode.{tail}"  # (Triton's, trailing blank too)
+                )
+        config.file, config.log_frequency = "", 0
         config.otel = _otel_settings([(s, v) for m, s, v in parsed if m == MODE_OPENTELEMETRY])
     if disabled:
         config.level = LEVEL_OFF
     return config
+
+
+def _deprecated_flag(config: TraceConfig, name: str, value: str) -> bool:
+    """Apply a deprecated flag; True when it is ``--trace-level OFF``, which (alone of the
+    ways to say OFF) turns tracing off whatever other levels say."""
+    if name == "trace-file":
+        config.file = value
+    elif name == "trace-level":
+        level = parse_level(value)
+        config.level |= level
+        return level == LEVEL_OFF
+    elif name == "trace-rate":
+        config.rate = parse_int(value) & _UNSIGNED
+    elif name == "trace-count":
+        config.count = parse_int(value)
+    else:
+        config.log_frequency = parse_int(value) & _UNSIGNED
+    return False
+
+
+def _global_setting(config: TraceConfig, setting: str, value: str) -> None:
+    if setting == "rate":
+        config.rate = parse_int(value) & _UNSIGNED
+    elif setting == "level":
+        config.level |= parse_level(value)
+    elif setting == "mode":
+        config.mode = parse_mode(value)
+    elif setting == "count":
+        config.count = parse_int(value)
+
+
+def _triton_setting(config: TraceConfig, setting: str, value: str) -> None:
+    if setting == "file":
+        config.file = value
+    elif setting == "log-frequency":
+        config.log_frequency = parse_int(value) & _UNSIGNED
 
 
 def _otel_settings(given: list[tuple[str, str]]) -> list[tuple[str, str]]:
