@@ -27,6 +27,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFl
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from modelyard.tracing.config import TraceConfig
+from modelyard.tracing.otel_logs import check_reachable, route_sdk_logs
 from modelyard.tracing.trace import Span, Trace
 
 log = logging.getLogger("modelyard")
@@ -60,7 +61,11 @@ class OtelExporter:
             value = config.otel_value(key)
             return int(value) if value is not None else default
 
-        exporter = OTLPSpanExporter(endpoint=endpoint(config.otel_value("url")))
+        url = endpoint(config.otel_value("url"))
+        # The SDK's failures in the server's log, rate limited (they came out raw, once per
+        # failed batch); below, one warning now if the collector cannot be reached.
+        self._sdk_lines = route_sdk_logs(log)
+        exporter = OTLPSpanExporter(endpoint=url)
         try:
             self.processor = BatchSpanProcessor(
                 exporter,
@@ -70,6 +75,7 @@ class OtelExporter:
             )
         except ValueError as e:  # e.g. an export batch larger than the queue
             raise ValueError(f"--trace-config opentelemetry: {e}") from None
+        check_reachable(url, log)
         self.provider = TracerProvider(resource=self.resource)
         self.provider.add_span_processor(self.processor)
         self.provider.add_span_processor(_Collect(offset_ns, on_user_span))
@@ -119,6 +125,7 @@ class OtelExporter:
         self._queue.put(None)
         self._thread.join(10.0)
         self.provider.shutdown()  # exports what is queued
+        self._sdk_lines.summary()
 
 
 def activate(trace_id: int, span_id: int) -> object:
