@@ -26,6 +26,7 @@ def _span(resource: dict[str, Any], scope: str, s: Any) -> dict[str, Any]:
         "trace_id": s.trace_id.hex(),
         "span_id": s.span_id.hex(),
         "parent_id": s.parent_span_id.hex(),
+        "trace_state": s.trace_state,
         "name": s.name,
         "kind": s.kind,
         "start": s.start_time_unix_nano,

@@ -224,6 +224,74 @@ def test_unsampled_traceparent_means_no_trace(
     assert not any(s["attributes"].get("triton.request_id") == "unsampled" for s in receiver.spans)
 
 
+STATE = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
+
+
+def _contexts(url: str, protocol: str, headers: dict[str, str], rid: str) -> list[Any]:
+    """What context_caller, its exec() and its async_exec() call to context_echo read from
+    request.trace().get_context() (parsed JSON; None when it had none)."""
+    mod: Any = httpclient if protocol == "http" else grpcclient
+    client = mod.InferenceServerClient(url)
+    try:
+        inp = mod.InferInput("IN", [1], "INT32")
+        inp.set_data_from_numpy(np.array([1], np.int32))
+        result = client.infer("context_caller", [inp], headers=headers, request_id=rid)
+    finally:
+        client.close()
+    texts = [result.as_numpy(name)[0] for name in ("CONTEXT", "SYNC", "ASYNC")]
+    return [json.loads(t) if t else None for t in texts]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_w3c_context_reaches_the_model_and_its_callees(
+    server: tuple[ServerProcess, str], receiver: OtlpReceiver, protocol: str
+) -> None:
+    """A sampled caller: each request's context names its own span, and tracestate travels
+    unchanged (also on the exported spans)."""
+    srv, mode = server
+    url = srv.http_url if protocol == "http" else srv.grpc_url
+    caller = _caller()
+    rid = f"w3c-{protocol}-{mode}"
+    own, sync, async_ = _contexts(
+        url, protocol, {"traceparent": f"{caller}-01", "tracestate": STATE}, rid
+    )
+    trace_id = caller.split("-")[1]
+    spans = _trace(receiver, trace_id, 7)  # root, caller + compute, 2 x (echo + compute)
+    model = _one(spans, "context_caller")
+    echoes = {s["span_id"] for s in spans if s["name"] == "context_echo"}
+    assert own == {"traceparent": f"00-{trace_id}-{model['span_id']}-01", "tracestate": STATE}
+    for context in (sync, async_):
+        assert context["tracestate"] == STATE
+        version, tid, span_id, flags = context["traceparent"].split("-")
+        assert (version, tid, flags) == ("00", trace_id, "01") and span_id in echoes
+    assert sync != async_  # two calls, two spans
+    assert {s["trace_state"] for s in spans} == {STATE}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_unsampled_w3c_context_passes_through_unchanged(
+    server: tuple[ServerProcess, str], receiver: OtlpReceiver, protocol: str
+) -> None:
+    """An unsampled caller: the model and its BLS callees read the caller's traceparent and
+    tracestate as they came, and nothing is exported."""
+    srv, _ = server
+    url = srv.http_url if protocol == "http" else srv.grpc_url
+    unsampled = f"{_caller()}-00"
+    headers = {"traceparent": unsampled, "tracestate": STATE}
+    contexts = _contexts(url, protocol, headers, "unsampled-w3c")
+    assert contexts == 3 * [{"traceparent": unsampled, "tracestate": STATE}]
+    # Without tracestate, only the traceparent.
+    contexts = _contexts(url, protocol, {"traceparent": unsampled}, "unsampled-w3c")
+    assert contexts == 3 * [{"traceparent": unsampled}]
+    after = f"after-unsampled-w3c-{uuid.uuid4().hex}"
+    infer(srv.http_url, "http", "add_sub", request_id=after)
+    _the_trace_of(receiver, "add_sub", after)  # exported after the others
+    assert not any(s["trace_id"] == unsampled.split("-")[1] for s in receiver.spans)
+    assert not any(
+        s["attributes"].get("triton.request_id") == "unsampled-w3c" for s in receiver.spans
+    )
+
+
 def test_level_off_per_model_at_run_time(
     server: tuple[ServerProcess, str], receiver: OtlpReceiver
 ) -> None:

@@ -21,8 +21,10 @@ EXAMPLE_MODELS = ["add_sub", "bls_add_sub", "ensemble_add_sub", "repeat"]
 
 
 def traced_repo(serving: Serving) -> Path:
-    """add_sub, bls_add_sub, ensemble_add_sub, repeat (the examples) and trace_caller."""
-    return make_repo(serving.repo(EXAMPLE_MODELS, source=EXAMPLES), ["trace_caller"], MODELS)
+    """add_sub, bls_add_sub, ensemble_add_sub, repeat (the examples), trace_caller, and
+    context_caller with its callee context_echo."""
+    ours = ["trace_caller", "context_caller", "context_echo"]
+    return make_repo(serving.repo(EXAMPLE_MODELS, source=EXAMPLES), ours, MODELS)
 
 
 def add_sub_inputs(client: Any) -> list[Any]:

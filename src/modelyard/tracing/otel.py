@@ -23,7 +23,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from modelyard.tracing.config import TraceConfig
@@ -102,6 +102,7 @@ class OtelExporter:
     def _export(self, trace: Trace) -> None:
         trace_id = trace.trace_id
         offset = self.offset_ns
+        state = TraceState.from_header([trace.tracestate]) if trace.tracestate else None
         for span in trace.spans:
             if span.external or not span.end_ns:
                 continue
@@ -109,7 +110,7 @@ class OtelExporter:
             self.processor.on_end(
                 ReadableSpan(
                     span.name,
-                    context=SpanContext(trace_id, span.span_id, False, _SAMPLED),
+                    context=SpanContext(trace_id, span.span_id, False, _SAMPLED, state),
                     parent=None if parent is None else SpanContext(trace_id, parent, False),
                     resource=self.resource,
                     attributes=span.attributes,
@@ -128,10 +129,12 @@ class OtelExporter:
         self._sdk_lines.summary()
 
 
-def activate(trace_id: int, span_id: int) -> object:
+def activate(trace_id: int, span_id: int, sampled: bool = True) -> object:
     """Make ``span_id`` the current OpenTelemetry span of this thread or task (plain API
-    calls in a model nest under it); returns the token for :func:`deactivate`."""
-    span = NonRecordingSpan(SpanContext(trace_id, span_id, False, _SAMPLED))
+    calls in a model nest under it; unsampled, the SDK records none of them); returns the
+    token for :func:`deactivate`."""
+    flags = _SAMPLED if sampled else TraceFlags(TraceFlags.DEFAULT)
+    span = NonRecordingSpan(SpanContext(trace_id, span_id, False, flags))
     return otel_context.attach(otel_trace.set_span_in_context(span))
 
 
@@ -139,15 +142,17 @@ def deactivate(token: object) -> None:
     otel_context.detach(token)  # type: ignore[arg-type]
 
 
-def extract(carrier: Iterable[tuple[str, str]]) -> tuple[int, int, bool] | None:
-    """The caller's W3C ``traceparent`` (trace id, span id, sampled), or None."""
+def extract(carrier: Iterable[tuple[str, str]]) -> tuple[int, int, bool, str] | None:
+    """The caller's W3C context: ``traceparent`` (trace id, span id, sampled) and
+    ``tracestate`` as it came ("" when the SDK's propagator finds none valid), or None."""
     headers = {k.lower(): v for k, v in carrier if k.lower() in ("traceparent", "tracestate")}
     if "traceparent" not in headers:
         return None
     ctx = otel_trace.get_current_span(_PROPAGATOR.extract(headers)).get_span_context()
     if not ctx.is_valid:
         return None
-    return ctx.trace_id, ctx.span_id, ctx.trace_flags.sampled
+    state = headers.get("tracestate", "") if len(ctx.trace_state) else ""
+    return ctx.trace_id, ctx.span_id, ctx.trace_flags.sampled, state
 
 
 class _Collect(SpanProcessor):

@@ -16,6 +16,7 @@ to make wall-clock times.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -91,6 +92,8 @@ class Trace:
         ids: Callable[[], int],
         trace_id: int = 0,
         remote_parent: int | None = None,
+        sampled: bool = True,
+        tracestate: str = "",
     ) -> None:
         self._sink = sink
         self._ids = ids  # Triton's numeric trace ids (the file's "id")
@@ -98,6 +101,10 @@ class Trace:
         self.level = setting.level
         self.triton_file = setting.mode == MODE_TRITON
         self.trace_id = trace_id or (random.getrandbits(128) or 1)
+        # A caller's W3C context: unsampled, the trace records nothing and hands the caller's
+        # traceparent on unchanged; tracestate travels as it came either way.
+        self.sampled = sampled
+        self.tracestate = tracestate
         self.root = Span(ROOT_SPAN, "", remote_parent, time.monotonic_ns())
         self.spans: list[Span] = [self.root]
         self.requests: list[RequestTrace] = []
@@ -226,10 +233,18 @@ class RequestTrace:
 
     def context(self) -> str | None:
         """``request.trace().get_context()``: Triton's JSON in OpenTelemetry mode."""
-        if self.trace.triton_file:
+        trace = self.trace
+        if trace.triton_file:
             return None
-        trace_id = f"{self.trace.trace_id:032x}"
-        return f'{{"traceparent":"00-{trace_id}-{self.span.span_id:016x}-01"}}'
+        if trace.sampled:
+            parent = f"00-{trace.trace_id:032x}-{self.span.span_id:016x}-01"
+        else:  # not a participant: the caller's traceparent as it came
+            parent = f"00-{trace.trace_id:032x}-{trace.root.parent_id or 0:016x}-00"
+        if not trace.tracestate:
+            return f'{{"traceparent":"{parent}"}}'
+        return json.dumps(
+            {"traceparent": parent, "tracestate": trace.tracestate}, separators=(",", ":")
+        )
 
     def worker_info(self) -> tuple[str, int]:
         """What a worker process needs of the trace (see protocol RequestItem.trace)."""

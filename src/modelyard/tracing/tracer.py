@@ -78,8 +78,11 @@ class Tracer:
 
     def sample(self, model: str, carrier: Iterable[tuple[Any, Any]] | None = None) -> Trace | None:
         """A trace for a client request to ``model``, or None. ``carrier``: the request's
-        headers or metadata, where OpenTelemetry mode looks for ``traceparent``: a sampled
-        one forces a trace that joins the caller's, an unsampled one means no trace."""
+        headers or metadata, where OpenTelemetry mode looks for W3C ``traceparent`` and
+        ``tracestate``: a sampled caller forces a trace that joins the caller's; an unsampled
+        one gets an unsampled trace, which records and exports nothing but carries the
+        caller's context unchanged to the model and its BLS calls (beyond Triton,
+        server#8474)."""
         setting = self.settings.for_model(model)
         if setting.level == LEVEL_OFF:
             return None
@@ -88,9 +91,8 @@ class Tracer:
             from modelyard.tracing.otel import extract
 
             parent = extract(_text_pairs(carrier))
-            if parent is not None and not parent[2]:
-                return None  # the caller sampled it out (beyond Triton, server#8474)
-        if not setting.take(force=parent is not None):
+        sampled = parent is None or parent[2]
+        if sampled and not setting.take(force=parent is not None):
             return None
         trace = Trace(
             self._finished,
@@ -98,12 +100,18 @@ class Tracer:
             self._next_id,
             trace_id=parent[0] if parent else 0,
             remote_parent=parent[1] if parent else None,
+            sampled=sampled,
+            tracestate=parent[3] if parent else "",
         )
+        if not sampled:
+            return trace
         if self._otel is not None:
             self._live[trace.trace_id] = trace
         return trace
 
     def _finished(self, trace: Trace) -> None:
+        if not trace.sampled:  # the caller's context passed through; nothing to record
+            return
         self._live.pop(trace.trace_id, None)
         if not trace.requests:  # refused before any model saw it (an unknown model)
             return
@@ -122,14 +130,16 @@ class Tracer:
         if trace is not None:
             trace.spans.append(span)
 
-    def activate(self, trace_id: int, span_id: int) -> object | None:
+    def activate(self, trace: Trace, span_id: int) -> object | None:
         """OpenTelemetry mode: make the span current for plain API calls (a token for
-        :meth:`deactivate`); None in Triton mode."""
+        :meth:`deactivate`; unsampled, the caller's span and flags); None in Triton mode."""
         if self._otel is None:
             return None
         from modelyard.tracing.otel import activate
 
-        return activate(trace_id, span_id)
+        if not trace.sampled:
+            return activate(trace.trace_id, trace.root.parent_id or span_id, False)
+        return activate(trace.trace_id, span_id)
 
     def deactivate(self, token: object | None) -> None:
         if token is not None:

@@ -391,7 +391,7 @@ class InProcessInstance(Instance):
         """The model's spans, BLS calls and plain OpenTelemetry spans hang under the traced
         request's compute span while its execute runs."""
         token = CURRENT.set((traced, traced.parent_span))
-        otel = self.host.tracer.activate(traced.trace.trace_id, traced.parent_span)
+        otel = self.host.tracer.activate(traced.trace, traced.parent_span)
         return token, otel
 
     def _leave_trace(self, entered: tuple[Any, object | None]) -> None:

@@ -330,7 +330,7 @@ class ModelSpan:
         trace, parent = current
         span = self._span = Span(self._name, trace.model, parent, time.monotonic_ns(), 0, False)
         self._token = CURRENT.set((trace, span.span_id))
-        self._otel = self._host.tracer.activate(trace.trace.trace_id, span.span_id)
+        self._otel = self._host.tracer.activate(trace.trace, span.span_id)
 
     def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
         span, token = self._span, self._token
