@@ -95,7 +95,8 @@ def measure(src: Path, args: argparse.Namespace, out: Path) -> tuple[float, floa
         deadline = time.monotonic() + READY_S
         while True:
             try:
-                if client.is_model_ready(args.model):  # type: ignore[attr-defined]
+                # bls_sync may be ready before add_sub, which it calls (they load at once)
+                if all(client.is_model_ready(m) for m in {args.model, "add_sub"}):  # type: ignore[attr-defined]
                     break
             except Exception:
                 pass

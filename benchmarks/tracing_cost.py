@@ -11,8 +11,14 @@ Reported, per execution mode: p50 latency of ``add_sub`` (one request) and ``bls
 request (add_sub on - off) and per BLS span (the extra cost of bls_sync beyond a traced
 request: its call's model and compute spans). Latency only; run on a quiet machine.
 
+``--baseline CHECKOUT`` measures instead what tracing costs when it is off: this checkout's
+server and another commit's (a ``git worktree`` of it, served with its ``src`` first on
+PYTHONPATH), both started with no ``--trace-config``, side by side, in alternating blocks,
+over HTTP and gRPC.
+
     python benchmarks/tracing_cost.py --rounds 5 --requests 400
     python benchmarks/tracing_cost.py --modes in-process
+    git worktree add /tmp/base <commit> && python benchmarks/tracing_cost.py --baseline /tmp/base
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 HERE = Path(__file__).resolve().parent
@@ -53,17 +60,17 @@ def _repo(tmp: Path) -> Path:
     return repo
 
 
-def _inputs() -> list[httpclient.InferInput]:
+def _inputs(mod: Any = httpclient) -> list[Any]:
     out = []
     for name in ("INPUT0", "INPUT1"):
-        inp = httpclient.InferInput(name, [4], "FP32")
+        inp = mod.InferInput(name, [4], "FP32")
         inp.set_data_from_numpy(np.arange(4, dtype=np.float32))
         out.append(inp)
     return out
 
 
-def _latencies_us(client: Any, model: str, count: int) -> list[float]:
-    inputs = _inputs()
+def _latencies_us(client: Any, model: str, count: int, mod: Any = httpclient) -> list[float]:
+    inputs = _inputs(mod)
     times = []
     for _ in range(count):
         t0 = time.perf_counter()
@@ -120,12 +127,81 @@ def measure(mode: str, rounds: int, requests: int, receiver: OtlpReceiver) -> di
     return {**p50, "per_request_us": per_request, "per_bls_span_us": bls_extra - per_request}
 
 
+def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def measure_off(mode: str, rounds: int, requests: int, baseline: Path) -> dict[str, float]:
+    """p50 per (server, protocol, model), tracing off: this checkout against ``baseline``."""
+    procs = []
+    clients: dict[tuple[str, str], Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = _repo(Path(tmp))
+        try:
+            for server in ("current", "baseline"):
+                cmd, env, port = modelyard_cmd(repo, MODE_ARGS[mode])
+                if server == "baseline":
+                    env["PYTHONPATH"] = str(baseline / "src")
+                procs.append(_start(cmd, env))
+                _wait_ready(port)
+                grpc_port = int(cmd[cmd.index("--grpc-port") + 1])
+                clients[(server, "http")] = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+                clients[(server, "grpc")] = grpcclient.InferenceServerClient(
+                    f"127.0.0.1:{grpc_port}"
+                )
+            mods = {"http": httpclient, "grpc": grpcclient}
+            samples: dict[str, list[float]] = {}
+            for (_, protocol), client in clients.items():  # warm up every path
+                for model in MODELS:
+                    _latencies_us(client, model, 50, mods[protocol])
+            for _ in range(rounds):
+                for protocol in ("http", "grpc"):
+                    for server in ("current", "baseline"):
+                        for model in MODELS:
+                            times = _latencies_us(
+                                clients[(server, protocol)], model, requests, mods[protocol]
+                            )
+                            samples.setdefault(f"{server}/{protocol}/{model}", []).extend(times)
+            for client in clients.values():
+                client.close()
+        finally:
+            for proc in procs:
+                _stop(proc)
+    return {key: statistics.median(v) for key, v in samples.items()}
+
+
+def main_baseline(args: argparse.Namespace) -> None:
+    baseline = Path(args.baseline).resolve()
+    if not (baseline / "src" / "modelyard").is_dir():
+        raise SystemExit(f"--baseline {baseline}: not a modelyard checkout (no src/modelyard)")
+    for mode in args.modes.split(","):
+        result = measure_off(mode, args.rounds, args.requests, baseline)
+        print(f"\n## {mode}: tracing off (no --trace-config), p50 latency, us, one client")
+        print("| protocol | model | this checkout | baseline | this / baseline |")
+        print("|---|---|---|---|---|")
+        for protocol in ("http", "grpc"):
+            for model in MODELS:
+                ours = result[f"current/{protocol}/{model}"]
+                theirs = result[f"baseline/{protocol}/{model}"]
+                print(f"| {protocol} | {model} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.3f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--modes", default="process,in-process")
     parser.add_argument("--rounds", type=int, default=5, help="OFF/TIMESTAMPS block pairs")
     parser.add_argument("--requests", type=int, default=300, help="requests per model and block")
+    parser.add_argument(
+        "--baseline",
+        metavar="CHECKOUT",
+        help="compare tracing off against another commit's checkout (see the docstring)",
+    )
     args = parser.parse_args()
+    if args.baseline:
+        main_baseline(args)
+        return
     receiver = OtlpReceiver()
     try:
         for mode in args.modes.split(","):
