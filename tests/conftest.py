@@ -36,6 +36,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(REFERENCE_TEST_TIMEOUT_S))
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line per skip reason with its count, so a run says why tests did not run (the
+    reference Triton, a browser, an optional package missing)."""
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if not reasons:
+        return
+    terminalreporter.section("skipped, by reason")
+    for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+        terminalreporter.write_line(f"{count:5d}  {reason}")
+
+
 class Serving:
     """Makes model repositories and runs servers on them (see the module's docstring)."""
 
