@@ -322,3 +322,28 @@ def test_a_signal_while_models_load_stops_the_server(mode: str, tmp_path: Path) 
     lines = messages(final_output(server))
     assert lines[-1] == "stopped"
     assert not any(m.startswith("initial model load done") for m in lines)
+
+
+def test_the_repository_as_an_argument(tmp_path: Path) -> None:
+    """``modelyard serve REPOSITORY``, as ``dev`` and ``check`` take it."""
+    repo = tmp_path / "repo"
+    shutil.copytree(
+        EXAMPLES / "add_sub", repo / "add_sub", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    srv = start_server([], str(repo))
+    try:
+        client = httpclient.InferenceServerClient(srv.http_url)
+        assert client.is_model_ready("add_sub")
+        client.close()
+    finally:
+        srv.stop()
+
+
+def test_no_repository_is_one_line() -> None:
+    run = subprocess.run([sys.executable, "-m", "modelyard", "serve"], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 2
+    assert run.stderr == (
+        "modelyard serve: error: no model repository: modelyard serve REPOSITORY "
+        "(or --model-repository PATH)\n"
+    )

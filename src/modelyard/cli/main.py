@@ -98,7 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"modelyard {modelyard.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run the inference server", formatter_class=_HelpFormatter)
-    add_serve_flags(s)
+    s.add_argument(
+        "repository",
+        metavar="REPOSITORY",
+        nargs="?",
+        help="the model repository to serve (or --model-repository, Triton's flag)",
+    )
+    add_serve_flags(s, repository_required=False)
     add_ray_flags(s)  # (not dev's: the dev server is one process)
     d = sub.add_parser(
         "dev",
@@ -263,6 +269,14 @@ def add_serve_flags(s: argparse.ArgumentParser, repository_required: bool = True
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
+        if args.repository:  # as dev and check take it
+            args.model_repository.insert(0, args.repository)
+        if not args.model_repository:
+            sys.stderr.write(
+                "modelyard serve: error: no model repository: modelyard serve REPOSITORY "
+                "(or --model-repository PATH)\n"
+            )
+            sys.exit(2)
         apply_grpc_environment(os.environ)
         from modelyard.server import serve
 
