@@ -85,3 +85,14 @@ def test_a_config_error_names_its_line(tmp_path: Path) -> None:
 def test_a_message_that_names_no_place() -> None:
     assert locate("Request was cancelled") is None
     assert describe("first line\nsecond") == ["  first line"]
+
+
+def test_a_relative_config_path_is_kept_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository given relative to where the command runs (``modelyard check repo``)."""
+    (tmp_path / "repo" / "m").mkdir(parents=True)
+    (tmp_path / "repo" / "m" / "config.pbtxt").write_text('name: "m"\nmax_batch_size: x\n')
+    monkeypatch.chdir(tmp_path)
+    text = "failed to parse model configuration repo/m/config.pbtxt:2:17: bad value"
+    assert locate(text) == Location("repo/m/config.pbtxt", 2, ["max_batch_size: x"])

@@ -13,8 +13,9 @@ import re
 from dataclasses import dataclass
 
 _FRAME = re.compile(r"^  (?P<path>[^<\s].*?)\((?P<line>\d+)\)(?::.*)?$")
-_CONFIG_AT = re.compile(r"(?P<path>/[^\s:'\"]+\.pbtxt):(?P<line>\d+)(?::(?P<col>\d+))?")
-_CONFIG = re.compile(r"(?P<path>/[^\s:'\"]+\.pbtxt)")
+# Absolute, or relative to where the server was started (a relative repository argument).
+_CONFIG_AT = re.compile(r"(?P<path>[^\s:'\"]+\.pbtxt):(?P<line>\d+)(?::(?P<col>\d+))?")
+_CONFIG = re.compile(r"(?P<path>[^\s:'\"]+\.pbtxt)")
 
 
 @dataclass
