@@ -234,6 +234,7 @@ async def run_server(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    _forget_signals_when_forked()
     started = time.monotonic()
     loading = asyncio.ensure_future(core.start())
     stopped = asyncio.ensure_future(stop.wait())
@@ -282,6 +283,27 @@ async def run_server(
 # Past the exit timeout, shutdown itself (cutting off, closing connections) takes a second or
 # two; this much more means something in the server hangs, and the process ends anyway.
 BACKSTOP_GRACE_S = 15.0
+_fork_hook = False
+
+
+def _forget_signals_when_forked() -> None:
+    """A process forked from the server (an in-process model's ``multiprocessing`` pool) gets
+    the default signal handling back: it inherits the loop's wake-up socket, through which
+    the SIGTERM that ends a pool's worker would otherwise reach the server's loop and stop
+    the server."""
+    global _fork_hook
+    if not _fork_hook:
+        _fork_hook = True
+        os.register_at_fork(after_in_child=_default_signals)
+
+
+def _default_signals() -> None:
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # (the forking thread is the child's main thread: not expected)
+        pass
 
 
 def _start_backstop(after: float) -> None:

@@ -91,3 +91,13 @@ _CONTROL_PREFIX = {
 def control_error_text(op: str, instance: str, message: str) -> str:
     prefix = _CONTROL_PREFIX.get(op, "")
     return f"{prefix}Failed to process the request for model '{instance}', message: {message}"
+
+
+def forked_bls_text(pid: int, owner: int) -> str:
+    """The error a BLS or model-control call gets in a process the model forked (a
+    ``multiprocessing`` pool, ``os.fork``): the channel to the server belongs to the model's
+    own process, whose threads read the replies, so the call could never be answered."""
+    return (
+        f"BLS is not supported in a process the model forked (pid {pid}): only the model's "
+        f"own process (pid {owner}) can reach the server; make the call there"
+    )

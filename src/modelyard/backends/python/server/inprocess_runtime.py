@@ -13,15 +13,16 @@ import asyncio
 import contextvars
 import logging
 import os
+import queue as queue_mod
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import triton_python_backend_utils as pb
-from modelyard.backends.python.protocol.error_text import control_error_text
+from modelyard.backends.python.protocol.error_text import control_error_text, forked_bls_text
 from modelyard.backends.python.server.bls import link_to_parents, start_bls
-from modelyard.errors import InternalError, ModelyardError
+from modelyard.errors import ErrorCode, InternalError, ModelyardError
 from modelyard.serving.context import RequestContext
 from modelyard.serving.host import ModelHost, ModelLogRecord
 from modelyard.tracing.trace import RequestTrace, Span
@@ -31,6 +32,12 @@ if TYPE_CHECKING:
     from modelyard.backends.python.server.inprocess import InProcessInstance
 
 log = logging.getLogger("modelyard")
+
+# Waiting for a BLS reply is bounded even when the request sets no timeout (as in the worker,
+# bls_client.py): the core answers every call, this only guards against a call lost on the
+# way; a request's own timeout bounds it a little past that timeout (the core ends it first).
+DEFAULT_WAIT_S = 3600.0
+TIMEOUT_GRACE_S = 5.0
 
 # The chain of instances blocked on the batch this thread is running (see bls.py).
 TLS = threading.local()
@@ -64,6 +71,7 @@ class InProcessRuntime:
         self.search_path = [model_dir, os.path.dirname(model_dir)] if model_dir else []
         self._tasks: set[asyncio.Task[None]] = set()
         self.model_name = instance.spec.model_name if instance is not None else ""
+        self._pid = os.getpid()  # the server process, whose event loop runs the calls
 
     # BLS ---------------------------------------------------------------------------------
 
@@ -148,8 +156,40 @@ class InProcessRuntime:
         if self.instance is not None:
             self.instance.calls_out = True
 
+    def _forked(self) -> str:
+        """The error text for a call made in a process the model forked ("" in the server).
+        Such a process has a copy of the server's memory but none of its threads: no event
+        loop would ever run the call, so it gets this error at once instead of waiting."""
+        pid = os.getpid()
+        return "" if pid == self._pid else forked_bls_text(pid, self._pid)
+
+    @staticmethod
+    def _error_response(text: str, code: ErrorCode) -> Any:
+        return pb.InferenceResponse._from_server([], pb.TritonError._from_server(text, code))
+
+    def _reply(self, replies: Any, core_request: InferRequest) -> tuple[Any, bool]:
+        """The next reply of a call, waiting within its bound; a timeout error after it."""
+        t = core_request.timeout_us
+        wait_s = t / 1e6 + TIMEOUT_GRACE_S if t else DEFAULT_WAIT_S
+        try:
+            item: tuple[Any, bool] = replies.get(timeout=wait_s)
+        except queue_mod.Empty:
+            text = "BLS request timed out waiting for a response"
+            return self._error_response(text, ErrorCode.UNAVAILABLE), True
+        return item
+
+    def _check_bls(self) -> None:
+        # As Triton's stub (and a worker, worker/runtime.py): not from initialize or finalize.
+        if self.instance is not None and self.instance.phase != "ready":
+            raise pb.TritonModelException("BLS is only supported during the 'execute' function.")
+
     def exec(self, request: Any, decoupled: bool) -> Any:
+        self._check_bls()
         self._calling()
+        forked = self._forked()
+        if forked:
+            response = self._error_response(forked, ErrorCode.UNSUPPORTED)
+            return iter([response]) if decoupled else response
         if on_loop(self.loop):
             raise pb.TritonModelException(
                 "exec() would block the server's event loop: in `async def execute` use "
@@ -160,25 +200,28 @@ class InProcessRuntime:
             direct = self._direct(core_request)
             if direct is not None:
                 return direct
-        import queue as queue_mod
-
         replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
         caller = getattr(TLS, "instance", "")
         cancels: list[Callable[[], None]] = []
         args = (core_request, decoupled, replies.put, self._chain, caller, PARENTS.get())
         self.loop.call_soon_threadsafe(lambda: cancels.append(self._start(*args)))
         if not decoupled:
-            response, _final = replies.get()
+            response, _final = self._reply(replies, core_request)
             return response
 
         # (a cancel is queued on the loop after the start, so the start has run by then)
         def cancel() -> None:
             self.loop.call_soon_threadsafe(lambda: cancels[0]())
 
-        return Stream(replies, cancel)
+        return Stream(replies, cancel, lambda: self._reply(replies, core_request))
 
     def async_exec(self, request: Any, decoupled: bool) -> Any:
+        self._check_bls()
         self._calling()
+        forked = self._forked()
+        if forked:
+            response = self._error_response(forked, ErrorCode.UNSUPPORTED)
+            return _resolved(iter([response]) if decoupled else response)
         core_request = self._core_request(request)
         if on_loop(self.loop):
             if not decoupled and not core_request.timeout_us:
@@ -209,8 +252,6 @@ class InProcessRuntime:
     async def _async_exec(
         self, core_request: InferRequest, decoupled: bool, parents: tuple[RequestContext, ...]
     ) -> Any:
-        import queue as queue_mod
-
         replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
         done: asyncio.Future[None] = self.loop.create_future()
 
@@ -242,6 +283,11 @@ class InProcessRuntime:
 
     def _control(self, op: str, coro: Any) -> Any:
         self._calling()
+        forked = self._forked()
+        if forked:
+            coro.close()
+            instance = self.instance.name if self.instance is not None else ""
+            raise pb.TritonModelException(control_error_text(op, instance, forked))
         if on_loop(self.loop):
             coro.close()
             raise pb.TritonModelException("model control from the event loop thread would block it")
@@ -258,6 +304,10 @@ class InProcessRuntime:
         self._control("unload", self.host.unload_model(name, unload_dependents))
 
     def is_model_ready(self, name: str, version: str) -> bool:
+        forked = self._forked()
+        if forked:
+            instance = self.instance.name if self.instance is not None else ""
+            raise pb.TritonModelException(control_error_text("ready", instance, forked))
         if on_loop(self.loop):  # cannot wait here: liveness only, no model's is_ready()
             return self.host.model_ready(name, version)
         ready = asyncio.run_coroutine_threadsafe(
@@ -364,9 +414,15 @@ class Stream:
     """The responses of a decoupled BLS call; ``cancel()`` cancels the call (Triton 25.04:
     the callee sees ``is_cancelled()``; the stream still ends with its final response)."""
 
-    def __init__(self, replies: Any, cancel: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        replies: Any,
+        cancel: Callable[[], None],
+        reply: Callable[[], tuple[Any, bool]] | None = None,
+    ) -> None:
         self._replies = replies
         self._cancel = cancel
+        self._reply = reply or replies.get  # the next reply (bounded for a blocked caller)
         self._ended = False
 
     def __iter__(self) -> Iterator[Any]:
@@ -375,7 +431,7 @@ class Stream:
     def __next__(self) -> Any:
         if self._ended:
             raise StopIteration
-        resp, final = self._replies.get()
+        resp, final = self._reply()
         self._ended = final
         return resp
 

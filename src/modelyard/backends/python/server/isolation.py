@@ -15,6 +15,7 @@ import importlib.util
 import os
 import sys
 import threading
+import types
 from typing import Any
 
 import triton_python_backend_utils as pb
@@ -86,6 +87,7 @@ def import_isolated(model_file: str, package: str, files: list[str] | None = Non
             )
             assert spec is not None
             pkg = importlib.util.module_from_spec(spec)
+            _parents(package)
             sys.modules[package] = pkg
             try:
                 module = importlib.import_module(f"{package}.{stem}")
@@ -105,6 +107,19 @@ def import_isolated(model_file: str, package: str, files: list[str] | None = Non
                 if not name.startswith(package) and real.startswith(root):
                     del sys.modules[name]
     return module
+
+
+def _parents(package: str) -> None:
+    """Register the private package's parents (``_modelyard_inprocess``) as namespace
+    packages, so ``import`` finds a model's module by its name: pickle needs that for the
+    model's own functions (a ``multiprocessing`` pool's task)."""
+    parts = package.split(".")
+    for i in range(1, len(parts)):
+        name = ".".join(parts[:i])
+        if name not in sys.modules:
+            parent = types.ModuleType(name)
+            parent.__path__ = []
+            sys.modules[name] = parent
 
 
 async def auto_complete_in_process(

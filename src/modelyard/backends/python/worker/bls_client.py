@@ -12,12 +12,14 @@ import asyncio
 import contextvars
 import itertools
 import json
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from modelyard.backends.python.protocol import tensor_pool
+from modelyard.backends.python.protocol.error_text import forked_bls_text
 from modelyard.backends.python.protocol.messages import (
     Bls,
     BlsCancel,
@@ -51,6 +53,7 @@ class BlsClient:
         self._ids = itertools.count(1)
         self._waiters: dict[int, Callable[[Reply], None]] = {}
         self._lock = threading.Lock()
+        self._pid = os.getpid()  # the process that owns the channel to the server
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -132,11 +135,28 @@ class BlsClient:
         self.rt.stub.baton.wait_for(lambda: not replies.empty(), wait_s)
         return replies.get_nowait()
 
+    def _forked(self) -> str:
+        """The error text for a call made in a process the model forked ("" in the worker
+        itself). Such a process shares the worker's socket, inbox and pool names but none of
+        its threads: its frames would mix with the worker's, and the worker's threads would
+        read its replies (and drop them as unknown), so the call would wait forever and
+        leave the worker's channel in disorder. It gets this error at once instead."""
+        pid = os.getpid()
+        return "" if pid == self._pid else forked_bls_text(pid, self._pid)
+
+    def _forked_response(self, text: str) -> Any:
+        pb = self.rt.pb
+        error = pb.TritonError(text, pb.TritonError.UNSUPPORTED)
+        return pb.InferenceResponse(output_tensors=[], error=error)
+
     def control(
         self, op: str, request: LoadModel | UnloadModel | QueryModelReady
     ) -> tuple[str, bool]:
         """A model-control call (op: load/unload/ready); blocks for the server's answer:
         (error text, "" on success; whether the model is ready)."""
+        forked = self._forked()
+        if forked:
+            return forked, False
         replies: queue.SimpleQueue[Reply] = queue.SimpleQueue()
         call_id = self._register(replies.put, request.call_id)
         try:
@@ -152,6 +172,10 @@ class BlsClient:
     # -- exec -----------------------------------------------------------------------------
 
     def exec(self, request: Any, decoupled: bool) -> Any:
+        forked = self._forked()
+        if forked:
+            response = self._forked_response(forked)
+            return iter([response]) if decoupled else response
         replies: queue.SimpleQueue[Reply] = queue.SimpleQueue()
         call_id = self._register(replies.put)
         try:
@@ -182,6 +206,10 @@ class BlsClient:
     def async_exec(self, request: Any, decoupled: bool) -> Any:
         """An awaitable: the response, or (decoupled) a blocking iterator whose first response
         has already arrived, as Triton gives it."""
+        forked = self._forked()
+        if forked:
+            response = self._forked_response(forked)
+            return _ready(iter([response]) if decoupled else response)
         loop = asyncio.get_running_loop()
         first: asyncio.Future[Reply] = loop.create_future()
         rest: queue.SimpleQueue[Reply] = queue.SimpleQueue()
@@ -278,6 +306,10 @@ class BlsStream:
     def __del__(self) -> None:
         if not self._ended:  # dropped before its end: stop routing its replies here
             self._client._unregister(self._call_id)
+
+
+async def _ready(value: Any) -> Any:
+    return value
 
 
 def _resolve(fut: asyncio.Future[Reply], msg: Reply) -> None:
