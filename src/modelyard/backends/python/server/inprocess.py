@@ -22,6 +22,7 @@ import triton_python_backend_utils as pb
 from modelyard.backends.instance import Instance
 from modelyard.backends.python.protocol import release_flags
 from modelyard.backends.python.protocol.error_text import batch_error, format_exception
+from modelyard.backends.python.server.embedded import embed
 from modelyard.backends.python.server.inprocess_runtime import (
     CURRENT,
     PARENTS,
@@ -77,6 +78,7 @@ class InProcessInstance(Instance):
         self._waits = False  # an execution took INLINE_NEVER_S or longer
         self._run_s = INLINE_MAX_S  # running average of execute's duration
         self._runs = 0
+        self.phase = "starting"  # initialize -> ready -> finalize; BLS only when ready
 
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         rt = self.runtime
@@ -99,6 +101,7 @@ class InProcessInstance(Instance):
         self._outputs = [o["name"] for o in json.loads(spec.config_json).get("output", [])]
         package = f"_modelyard_inprocess.{spec.model_name}_v{spec.version}_{spec.instance_name}"
         self.runtime.package = package
+        embed()  # sys.argv [''] and whole-line stdout/stderr, as Triton's stub gives a model
         files: list[str] = []
         try:
             module = await self._in_thread(import_isolated, spec.model_file, package, files)
@@ -123,10 +126,12 @@ class InProcessInstance(Instance):
                     "model_version": str(spec.version),
                     "model_name": spec.model_name,
                 }
+                self.phase = "initialize"
                 result = await self._in_thread(self.model.initialize, args)
                 if asyncio.iscoroutine(result):
                     with pb.runtime_context(self.runtime):
                         await result
+            self.phase = "ready"
         except ModelyardError:
             raise
         except BaseException as e:
@@ -160,6 +165,7 @@ class InProcessInstance(Instance):
         return check_result(result)
 
     async def stop(self) -> None:
+        self.phase = "finalize"
         if self._ready_thread is not None:
             self._ready_thread.shutdown(wait=False)
         if self.model is not None and hasattr(self.model, "finalize"):

@@ -47,6 +47,9 @@ def main() -> None:
     fd = int(sys.argv[1])
     prefix = sys.argv[2]
     inbox = sys.argv[3] if len(sys.argv) > 3 else ""
+    # The model sees what Triton's stub (an embedded interpreter) gives it, not our arguments:
+    # `unittest.main()` or `argparse` in a model would take them for its own.
+    sys.argv = [""]
     # Shutdown is message-driven (as Triton's stub): a Ctrl-C at the terminal reaches the whole
     # process group, and the server finalizes us in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
