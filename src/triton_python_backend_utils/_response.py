@@ -264,9 +264,10 @@ _END = object()
 class ResponseIterator:
     """Responses of a decoupled BLS call (``exec(decoupled=True)``), in order.
 
-    As in Triton, iterating again after the end restarts from the first response, and a
-    partly consumed iterator resumes where it was. ``async for`` also works (each step waits
-    in the loop's default executor).
+    As in Triton, iterating again once every response was read restarts from the first one;
+    otherwise a new loop resumes where the last one stopped (after a ``break`` and a
+    ``next()``, the responses not read yet). ``async for`` also works (each step waits in the
+    loop's default executor).
     """
 
     __slots__ = ("__weakref__", "_done", "_index", "_lock", "_responses", "_source")
@@ -280,7 +281,7 @@ class ResponseIterator:
 
     def __iter__(self) -> ResponseIterator:
         with self._lock:
-            if self._done:
+            if self._done and self._index >= len(self._responses):
                 self._index = 0
         return self
 
