@@ -55,13 +55,11 @@ class Tensor:
     _code: int
 
     def __init__(self, name: str, array: npt.NDArray[Any], /) -> None:
+        # As Triton's binding: both argument types are checked first (TypeError, pybind11's
+        # text), then the name's value.
+        if not isinstance(name, (str, bytes)) or not isinstance(array, np.ndarray):
+            raise TypeError(_incompatible(name, array))
         self._name = _check_name(name)
-        if not isinstance(array, np.ndarray):
-            raise TypeError(
-                "Tensor(): incompatible constructor arguments: the second argument must be a "
-                f"numpy.ndarray, got {type(array).__name__}. Invoked with: Tensor(arg0: str, "
-                "arg1: numpy.ndarray)"
-            )
         code = dtype_code(array.dtype)
         if code is None:
             dt = array.dtype
@@ -170,6 +168,15 @@ class Tensor:
             f"<triton_python_backend_utils.Tensor name={self._name!r} "
             f"shape={list(self._array.shape)} dtype={self._array.dtype}>"
         )
+
+
+def _incompatible(*args: Any) -> str:
+    """pybind11's TypeError text for ``Tensor(...)`` called with arguments it cannot take."""
+    return (
+        "__init__(): incompatible constructor arguments. The following argument types are "
+        "supported:\n    1. c_python_backend_utils.Tensor(arg0: str, arg1: numpy.ndarray)\n\n"
+        f"Invoked with: {', '.join(repr(a) for a in args)}"
+    )
 
 
 def _check_name(name: Any) -> str:
