@@ -107,11 +107,11 @@ def test_a_call_to_no_model_is_an_error_naming_it(driver: ModelHandle) -> None:
     result = _drive(driver, {"model": "nowhere"})
     assert result["has_error"] is True
     assert result["message"].startswith(
-        "Model nowhere - Error when running inference: Request for unknown model: "
-        "'nowhere' is not found"
+        "Model nowhere - Error when running inference: Failed for execute the inference "
+        "request. Model 'nowhere' is not ready. (the test gave no BLS fake"
     )
     decoupled = _drive(driver, {"model": "nowhere", "decoupled": True})
-    assert "'nowhere' is not found" in decoupled["message"]
+    assert "Model 'nowhere' is not ready." in decoupled["message"]
 
 
 def test_repository_models_load_on_first_use(driver: ModelHandle) -> None:
@@ -135,7 +135,11 @@ def test_a_repository_model_that_does_not_load_answers_with_the_servers_error(
 ) -> None:
     result = _drive(driver, {"model": "py_init_error", "inputs": {"IN": {"data": [1.0]}}})
     assert result["has_error"] is True
-    assert "'py_init_error' has no available versions" in result["message"]
+    # Triton's text for a BLS call to a model that is not ready (it failed to load).
+    assert result["message"] == (
+        "Model py_init_error - Error when running inference: Failed for execute the inference "
+        "request. Model 'py_init_error' is not ready."
+    )
 
 
 def test_async_execute_calls_a_repository_model() -> None:

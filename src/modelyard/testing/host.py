@@ -24,7 +24,7 @@ import triton_python_backend_utils as pb
 from modelyard.backends.python.server.inprocess_runtime import tensor_data
 from modelyard.core.host import CoreHost
 from modelyard.core.lifecycle import read_config
-from modelyard.errors import Cancelled, ErrorCode, InternalError, ModelyardError, NotFound
+from modelyard.errors import Cancelled, ErrorCode, InternalError, ModelyardError
 from modelyard.serving.context import RequestContext, ResponseCallback
 from modelyard.types import InferRequest, InferResponse, Tensor, datatype_of
 
@@ -71,10 +71,13 @@ class HarnessHost:
         return name in registry.entries or name in registry.locations
 
     @staticmethod
-    def unknown(name: str) -> NotFound:
-        return NotFound(
-            f"Request for unknown model: '{name}' is not found (the test gave no BLS fake for "
-            "it and its repository has no such model)"
+    def unknown(name: str) -> ModelyardError:
+        # Triton's text for a BLS call to a model that is not there (start_bls words a
+        # server's own NOT_FOUND so), with what the harness knows of why.
+        return ModelyardError(
+            f"Failed for execute the inference request. Model '{name}' is not ready. (the "
+            "test gave no BLS fake for it and its repository has no such model)",
+            ErrorCode.INTERNAL,
         )
 
     async def ensure_loaded(self, name: str) -> None:

@@ -236,14 +236,15 @@ async def test_async_bls_inside_a_decoupled_model(served: Served, client: str) -
 # (spec, code, start, part): the message starts with `start` and contains `part`. Errors
 # raised before the callee ran carry Triton's BLS prefix; the callee's own come unchanged.
 ERRORS: dict[str, tuple[dict[str, Any], int, str, str]] = {
-    "unknown-model": ({"model": "no_such_model"}, 2, PREFIX.format("no_such_model"),
-                      "unknown model: 'no_such_model' is not found"),
+    "unknown-model": ({"model": "no_such_model"}, 1, PREFIX.format("no_such_model"),
+                      "Failed for execute the inference request. Model 'no_such_model' is not "
+                      "ready."),
     "bad-input": ({"model": "bls_echo", "inputs": {"WRONG": {"data": [1.0]}}}, 3,
                   PREFIX.format("bls_echo"), "unexpected inference input 'WRONG' for model 'bls_echo'"),
     "bad-output": ({"model": "bls_echo", "outputs": ["NOPE"]}, 3, PREFIX.format("bls_echo"),
                    "unexpected inference output 'NOPE' for model 'bls_echo'"),
-    "bad-version": ({"model": "bls_versioned", "version": 7}, 2, PREFIX.format("bls_versioned"),
-                    "'bls_versioned'"),
+    "bad-version": ({"model": "bls_versioned", "version": 7}, 1, PREFIX.format("bls_versioned"),
+                    "Model 'bls_versioned' is not ready."),
     "callee-raises": ({"model": "bls_fail", "params": {"mode": "raise"}}, 1,
                       "Failed to process the request(s) for model 'bls_fail_0_0', message: ",
                       "ValueError: plain value error"),

@@ -118,8 +118,13 @@ def start_bls(
             timer.cancel()
         done = True
         # Errors before the target ran carry Triton's BLS prefix; the target's own errors
-        # come through its responses unchanged.
-        error(f"Model {name} - Error when running inference: {e.message}", e.code)
+        # come through its responses unchanged. No such model or version: Triton's stub asks
+        # whether it is ready first, and words it so.
+        text, code = e.message, e.code
+        if code == ErrorCode.NOT_FOUND:
+            text = f"Failed for execute the inference request. Model '{name}' is not ready."
+            code = ErrorCode.INTERNAL
+        error(f"Model {name} - Error when running inference: {text}", code)
     except Exception as e:  # never leave the caller waiting
         log.exception("BLS call to '%s' failed", name)
         done = True
