@@ -166,3 +166,16 @@ def test_from_dlpack_rejects_gpu_devices() -> None:
         pb.TritonModelException, match=r"DLDevice type 2 is not support by Python backend\."
     ):
         pb.Tensor.from_dlpack("x", FakeCuda())
+
+
+def test_argument_types_are_checked_before_the_name_as_tritons_binding() -> None:
+    # Triton 2.51 (pybind11): Tensor("", None) is a TypeError, not the empty-name error.
+    with pytest.raises(TypeError) as e:
+        pb.Tensor("", None)  # type: ignore[arg-type]
+    assert str(e.value) == (
+        "__init__(): incompatible constructor arguments. The following argument types are "
+        "supported:\n    1. c_python_backend_utils.Tensor(arg0: str, arg1: numpy.ndarray)\n\n"
+        "Invoked with: '', None"
+    )
+    with pytest.raises(TypeError, match=r"Invoked with: None, array\(\[0\.\]\)$"):
+        pb.Tensor(None, np.zeros(1))  # type: ignore[arg-type]
