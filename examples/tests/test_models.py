@@ -148,8 +148,8 @@ def test_bls_add_sub_alone_gets_an_error_naming_add_sub() -> None:
             response.error()
             .message()
             .startswith(
-                "Model add_sub - Error when running inference: Request for unknown model: "
-                "'add_sub' is not found"
+                "Model add_sub - Error when running inference: Failed for execute the "
+                "inference request. Model 'add_sub' is not ready."
             )
         )
 

@@ -231,9 +231,9 @@ def test_unknown_model_from_a_pinned_caller(served: RayServer) -> None:
     report = ask(served.urls("http")[0], {"mode": "unknown"})
     assert report["error"] == (
         "Model rx_missing - Error when running inference: "
-        "Request for unknown model: 'rx_missing' is not found"
+        "Failed for execute the inference request. Model 'rx_missing' is not ready."
     )
-    assert report["code"] == 2  # NOT_FOUND
+    assert report["code"] == 1  # INTERNAL, as Triton's stub answers a model that is not ready
 
 
 def test_versions_are_deployments_of_their_own(served: RayServer) -> None:

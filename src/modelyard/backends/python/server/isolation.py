@@ -60,7 +60,30 @@ class _SiblingFinder(importlib.abc.MetaPathFinder):
         )
 
 
-sys.meta_path.append(_SiblingFinder())
+# While a model imports, its folders lead sys.path (for its own imports) and this thread
+# holds the import lock; another model's code importing at that moment must not find them.
+_loading: tuple[int, tuple[str, ...]] | None = None  # (the importing thread, its folders)
+
+
+class _OwnView(importlib.abc.MetaPathFinder):
+    """First on the path while a model imports: a top-level import by another model's code
+    (``unittest.main("model")`` in its initialize) searches sys.path without the importing
+    model's folders, then its own folders, as if that model were alone."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        loading = _loading
+        if path is not None or loading is None or loading[0] == threading.get_ident():
+            return None
+        if not getattr(pb.get_runtime(), "package", ""):
+            return None  # the server's own code
+        view = [p for p in list(sys.path) if p not in loading[1]]
+        found = importlib.machinery.PathFinder.find_spec(fullname, view)
+        return found or _SIBLINGS.find_spec(fullname, None)
+
+
+_SIBLINGS = _SiblingFinder()
+sys.meta_path.insert(0, _OwnView())
+sys.meta_path.append(_SIBLINGS)
 
 
 def import_isolated(model_file: str, package: str, files: list[str] | None = None) -> Any:
@@ -72,12 +95,14 @@ def import_isolated(model_file: str, package: str, files: list[str] | None = Non
     version_dir = os.path.dirname(model_file)
     model_dir = os.path.dirname(version_dir)
     stem = os.path.splitext(os.path.basename(model_file))[0]
+    global _loading
     with _import_lock:
         for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
             del sys.modules[name]  # a previous load's modules under the same private name
         importlib.invalidate_caches()  # files written since the last import are found
         before = set(sys.modules)
         saved_path = list(sys.path)
+        _loading = (threading.get_ident(), (version_dir, model_dir))
         sys.path[:0] = [version_dir, model_dir]
         try:
             spec = importlib.util.spec_from_file_location(
@@ -95,6 +120,7 @@ def import_isolated(model_file: str, package: str, files: list[str] | None = Non
                 raise InternalError(format_import_error(e)) from None
         finally:
             sys.path[:] = saved_path
+            _loading = None
             # Sibling modules imported by absolute name (`import helper`) leave sys.modules so
             # the next model's `import helper` finds its own; the model keeps its references.
             root = os.path.realpath(model_dir) + os.sep
