@@ -58,9 +58,13 @@ def _observe_reference(repo: Any, args: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _lost(observation: Any) -> bool:
-    """No answer: a connection the port refused, or a stream probe that failed."""
+    """No answer: a connection the port refused, or a stream probe that failed or whose
+    stream the server's exit cut (UNAVAILABLE: "Stream removed", "failed to connect"; no
+    probe is answered UNAVAILABLE by a live server)."""
     if observation and isinstance(observation[0], list):  # a stream probe's responses
-        return observation[0][:1] == ["probe failed"]
+        return observation[0][:1] == ["probe failed"] or any(
+            r[:2] == ["err", "StatusCode.UNAVAILABLE"] for r in observation
+        )
     return grpc_probes.unreachable(observation)
 
 
