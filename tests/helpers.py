@@ -14,6 +14,7 @@ import inspect
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar, overload
@@ -284,3 +285,18 @@ def metric_value(text: str, name: str, **labels: str) -> float | None:
         if all(have.get(k) == v for k, v in labels.items()):
             return float(match.group(3))
     return None
+
+
+@dataclass
+class Served:
+    """A server of a module's fixture and its execution mode, with a bounded HTTP client."""
+
+    server: ServerProcess
+    mode: str
+    timeout_s: float = WAIT_S
+
+    def http(self) -> httpclient.InferenceServerClient:
+        t = self.timeout_s
+        return httpclient.InferenceServerClient(
+            self.server.http_url, connection_timeout=t, network_timeout=t
+        )

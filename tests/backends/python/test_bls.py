@@ -14,7 +14,6 @@ import json
 import queue
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,7 @@ from modelyard.scheduling.default import DefaultScheduler
 from modelyard.serving.context import RequestContext
 from modelyard.types import InferRequest, InferResponse
 from tests.conftest import Serving
-from tests.helpers import MODES, grpc_input, http_input, wait_until, wait_until_async
-from tests.serverproc import ServerProcess
+from tests.helpers import MODES, Served, grpc_input, http_input, wait_until, wait_until_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -44,21 +42,10 @@ TIMEOUT_S = 10.0  # every client call is bounded by this
 PREFIX = "Model {} - Error when running inference: "
 
 
-@dataclass
-class Served:
-    server: ServerProcess
-    mode: str
-
-    def http(self) -> httpclient.InferenceServerClient:
-        return httpclient.InferenceServerClient(
-            self.server.http_url, connection_timeout=TIMEOUT_S, network_timeout=TIMEOUT_S
-        )
-
-
 @pytest.fixture(scope="module", params=MODES)
 def served(request: pytest.FixtureRequest, serving: Serving) -> Iterator[Served]:
     with serving.server(models=BLS_MODELS, mode=request.param) as server:
-        yield Served(server, request.param)
+        yield Served(server, request.param, TIMEOUT_S)
 
 
 # -- helpers --------------------------------------------------------------------------------

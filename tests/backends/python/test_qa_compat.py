@@ -14,7 +14,6 @@ import json
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,8 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import Serving
-from tests.helpers import MODES, final_output, http_input, wait_for_log
-from tests.serverproc import ServerProcess
+from tests.helpers import MODES, Served, final_output, http_input, wait_for_log
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,21 +33,10 @@ TIMEOUT_S = 30.0  # every client call is bounded by this
 PRINTED = 300  # lines each of a printing model's 4 threads prints
 
 
-@dataclass
-class Served:
-    server: ServerProcess
-    mode: str
-
-    def http(self) -> httpclient.InferenceServerClient:
-        return httpclient.InferenceServerClient(
-            self.server.http_url, connection_timeout=TIMEOUT_S, network_timeout=TIMEOUT_S
-        )
-
-
 @pytest.fixture(scope="module", params=MODES)
 def served(request: pytest.FixtureRequest, serving: Serving) -> Iterator[Served]:
     with serving.server(models=MODELS, mode=request.param) as server:
-        yield Served(server, request.param)
+        yield Served(server, request.param, TIMEOUT_S)
 
 
 def _out(client: httpclient.InferenceServerClient, model: str, n: int = 1) -> Any:
