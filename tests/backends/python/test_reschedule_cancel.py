@@ -52,12 +52,13 @@ def served(
     started = tmp_path_factory.mktemp("started")  # cancel_child marks the requests it runs
     with serving.server(models=MODELS, mode=request.param,
                         env={"CANCEL_CHILD_STARTED": str(started)}) as server:  # fmt: skip
-        yield Started(server, request.param, started)
+        yield Started(server, request.param, TIMEOUT_S, started)
 
 
 @dataclass
 class Started(Served):
-    started: Path  # cancel_child creates a file named by a request's id when it starts it
+    # cancel_child creates a file named by a request's id when it starts it
+    started: Path = Path()
 
 
 def _int_in(n: int) -> list[Any]:
