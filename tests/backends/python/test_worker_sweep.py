@@ -25,3 +25,26 @@ async def test_stop_sweeps_only_its_own_segments(
     (tmp_path / "modelyard-99-12-s0").write_bytes(b"")  # worker 12's
     await worker.stop()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["modelyard-99-12-s0"]
+
+
+def test_segments_of_dead_servers_are_swept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server killed with SIGKILL leaves its segments; the next one removes them, never a
+    live server's."""
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid is no process now
+    monkeypatch.setattr(shm, "SHM_DIR", str(tmp_path))
+    monkeypatch.setattr(shm, "_swept_dead", False)
+    for name in (f"modelyard-{gone.pid}-1-s-1", f"modelyard-{gone.pid}-2-w-1",
+                 "modelyard-1-1-s-1", "modelyard-inbox-x", "other-1"):  # fmt: skip
+        (tmp_path / name).write_bytes(b"")
+    shm.sweep_dead_servers()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "modelyard-1-1-s-1",  # pid 1 lives
+        "modelyard-inbox-x",
+        "other-1",
+    ]

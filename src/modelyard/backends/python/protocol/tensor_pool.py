@@ -210,6 +210,43 @@ def owner(segment: str) -> str:
     return segment.rpartition("-")[0]
 
 
+_swept_dead = False
+
+
+def sweep_dead_servers() -> None:
+    """Remove the segments of servers that are gone (``modelyard-<server pid>-...``): a
+    server killed with SIGKILL cleans up nothing, and its segments hold memory (/dev/shm is
+    RAM) until someone does. Once per process; a pid still in use is left alone."""
+    global _swept_dead
+    if _swept_dead:
+        return
+    _swept_dead = True
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return
+    dead: dict[str, bool] = {}
+    for name in names:
+        pid = name.split("-")[1] if name.startswith("modelyard-") else ""
+        if not pid.isdigit():
+            continue
+        if pid not in dead:
+            dead[pid] = not _alive(int(pid))
+        if dead[pid]:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(SHM_DIR, name))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process
+    return True
+
+
 def sweep(prefix: str) -> None:
     """Remove segments a dead process left behind."""
     try:

@@ -97,6 +97,7 @@ class PythonWorker(WorkerRequests, WorkerHealth):
         self.calls = WorkerCalls(self, host)  # BLS, model control and logs of the model
         self._wid = next(_worker_ids)
         self._prefix = f"modelyard-{os.getpid()}-{self._wid}"
+        tensor_pool.sweep_dead_servers()  # what killed servers left in /dev/shm
         self._pool = tensor_pool.ShmPool(self._prefix + "-s", enabled=spec.shm_enabled)
         # Where other workers send this one's BLS replies ("" for none; see inbox.py).
         self.inbox = inbox.inbox_path(str(self._wid))
