@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from modelyard.backends.python.protocol import framing
+from modelyard.backends.python.protocol.tensor_pool import process_alive
 
 MAX_DATAGRAM = 64 * 1024  # larger replies travel through the server
 _MAX_PATH = 100  # sun_path holds 108 bytes
@@ -58,18 +59,8 @@ def _sweep() -> None:
             if not name.startswith(_PREFIX):
                 continue
             pid = name[len(_PREFIX) :].partition("-")[0]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not process_alive(int(pid)):
                 shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # someone else's process
-    return True
 
 
 def inbox_path(name: str) -> str:

@@ -231,13 +231,15 @@ def sweep_dead_servers() -> None:
         if not pid.isdigit():
             continue
         if pid not in dead:
-            dead[pid] = not _alive(int(pid))
+            dead[pid] = not process_alive(int(pid))
         if dead[pid]:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(SHM_DIR, name))
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a process now (another user's counts), for sweeping what dead
+    servers left."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
