@@ -51,6 +51,22 @@ def inbox_folder() -> str | None:
         return _folder
 
 
+def remove_folder() -> None:
+    """Remove this process's inbox folder now, for a process that may end without running
+    its atexit handlers (a Ray replica is killed once its graceful shutdown is over)."""
+    global _folder
+    with _folder_lock:
+        if _folder is not None:
+            shutil.rmtree(_folder, ignore_errors=True)
+            _folder = None
+
+
+def sweep_dead_servers() -> None:
+    """Remove the inbox folders of servers that are gone (the Ray driver, once the local
+    cluster it started has stopped, removes those its killed replicas left)."""
+    _sweep()
+
+
 def _sweep() -> None:
     """Remove the inbox folders of servers that are gone."""
     root = tempfile.gettempdir()
