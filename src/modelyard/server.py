@@ -18,6 +18,7 @@ from modelyard.core.api import InferenceServer
 from modelyard.core.model_version import LoadOptions
 from modelyard.core.options import ServerOptions
 from modelyard.fdlimit import raise_fd_limit
+from modelyard.frontends.openai.options import openai_options
 from modelyard.frontends.options import FrontendOptions, frontend_options
 from modelyard.heap import retain_freed_memory
 from modelyard.tracing.config import TraceConfig, TraceConfigError, parse_trace_flags
@@ -123,6 +124,12 @@ async def start_frontends(
             frontends.append(
                 await _bind("metrics service", args.metrics_address, args.metrics_port, metrics)
             )
+        openai = openai_options(args)
+        if openai is not None:
+            from modelyard.frontends.openai.server import start_openai_server
+
+            start = start_openai_server(core, openai, fe.http_limits)
+            frontends.append(await _bind("OpenAI service", openai.address, openai.port, start))
     except BaseException:
         for frontend in frontends:
             await _close(frontend, 0.0)
@@ -160,6 +167,12 @@ def _check_ports(args: argparse.Namespace) -> None:
                     f"failed to start a frontend: the {what} cannot listen on {host}:{port}: "
                     f"{_words(problem)}"
                 )
+    openai = openai_options(args)
+    if openai is not None and openai.port and (problem := _probe(openai.address, openai.port)):
+        raise FrontendError(
+            "failed to start a frontend: the OpenAI service cannot listen on "
+            f"{openai.address}:{openai.port}: {_words(problem)}"
+        )
 
 
 def _probe(host: str, port: int) -> OSError | None:

@@ -9,6 +9,7 @@ from collections.abc import MutableMapping, Sequence
 
 from modelyard.bench.args import add_parser as add_bench_parser
 from modelyard.cli.frontend_flags import add_frontend_flags
+from modelyard.cli.openai_flags import add_openai_flags
 from modelyard.cli.ray_flags import add_ray_flags
 from modelyard.cli.trace_flags import add_trace_flags
 from modelyard.heap import DEFAULT_RETAIN_MB
@@ -167,6 +168,7 @@ def add_serve_flags(s: argparse.ArgumentParser, repository_required: bool = True
     s.add_argument("--grpc-address", default="0.0.0.0", help="address the gRPC server binds")
     s.add_argument("--metrics-address", default="0.0.0.0", help="address the metrics server binds")
     add_frontend_flags(s)
+    add_openai_flags(s)
     _flag(s, "--allow-http", True, "serve HTTP/REST")
     _flag(s, "--allow-grpc", True, "serve gRPC")
     _flag(s, "--allow-metrics", True, "serve Prometheus metrics")

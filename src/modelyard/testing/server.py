@@ -22,9 +22,14 @@ from pathlib import Path
 from modelyard.server import INITIAL_LOAD_DONE
 
 _STARTED = re.compile(
-    r"Started (HTTPService|GRPCInferenceService|Metrics Service) at ([\d.]+):(\d+)"
+    r"Started (HTTPService|GRPCInferenceService|Metrics Service|OpenAIService) at ([\d.]+):(\d+)"
 )
-_KEYS = {"HTTPService": "http", "GRPCInferenceService": "grpc", "Metrics Service": "metrics"}
+_KEYS = {
+    "HTTPService": "http",
+    "GRPCInferenceService": "grpc",
+    "Metrics Service": "metrics",
+    "OpenAIService": "openai",  # only with --openai-port
+}
 ENDPOINTS = ("http", "grpc", "metrics")
 
 
@@ -49,6 +54,11 @@ class ServerProcess:
     @property
     def metrics_url(self) -> str:
         return f"127.0.0.1:{self.ports['metrics']}"
+
+    @property
+    def openai_url(self) -> str:
+        """The OpenAI API's base URL (``--openai-port``)."""
+        return f"http://127.0.0.1:{self.ports['openai']}/v1"
 
     def output(self) -> str:
         """Everything the server has written so far (stdout and stderr)."""
