@@ -61,12 +61,6 @@ def remove_folder() -> None:
             _folder = None
 
 
-def sweep_dead_servers() -> None:
-    """Remove the inbox folders of servers that are gone (the Ray driver, once the local
-    cluster it started has stopped, removes those its killed replicas left)."""
-    _sweep()
-
-
 def _sweep() -> None:
     """Remove the inbox folders of servers that are gone."""
     root = tempfile.gettempdir()
