@@ -12,6 +12,7 @@ of routes by a header (else 401, Triton's OpenAI frontend's answer).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from typing import TYPE_CHECKING
@@ -98,6 +99,10 @@ class OpenAIApp:
             response = await self._route(request, path)
         except ClientGone:
             return
+        except asyncio.CancelledError:
+            if request.client_gone():
+                return  # the connection cancelled the handler: there is no one to answer
+            raise
         except OpenAIError as e:
             if request.started:
                 raise

@@ -1,0 +1,1 @@
+../../oai_echo/1/model.py
