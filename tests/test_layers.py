@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 ARCHITECTURE = ROOT / "ARCHITECTURE.md"
-SRC_PACKAGES = ("modelyard/", "triton_python_backend_utils/")
+SRC_PACKAGES = ("modelyard/", "triton_python_backend_utils/", "c_python_backend_utils/")
 
 
 # -- the rules, as ARCHITECTURE.md states them --------------------------------------------------

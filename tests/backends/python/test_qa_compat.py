@@ -2,7 +2,9 @@
 real server and tritonclient in both execution modes: ``sys.argv`` as Triton's stub gives it
 (``['']``), a decoupled BLS iterator resuming where a loop stopped, Triton's text for a BLS
 call to a model that is not there, the ``Request timeout: <us>`` line, a model folder with a
-relative import, BLS refused outside ``execute``, and printed lines kept whole.
+relative import, BLS refused outside ``execute``, printed lines kept whole, and
+``c_python_backend_utils`` (the name of Triton's compiled module) with its free shared memory
+unchanged across a worker restart.
 
 The expected values were read from the reference Triton 2.51 running the QA models (and the
 small models here).
@@ -11,7 +13,9 @@ small models here).
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -22,12 +26,13 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import Serving
-from tests.helpers import MODES, Served, final_output, http_input, wait_for_log
+from tests.helpers import MODES, Served, final_output, http_input, wait_for_log, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 MODELS = [
     "qa_argv", "qa_iter", "bls_square", "qa_multi_file", "bls_driver", "qa_timeout_log",
+    "qa_free_memory",
 ]  # fmt: skip
 TIMEOUT_S = 30.0  # every client call is bounded by this
 PRINTED = 300  # lines each of a printing model's 4 threads prints
@@ -97,6 +102,28 @@ def test_the_request_timeout_line_is_tritons(served: Served) -> None:
         served.server,
         re.compile(r'^I\d{4} [\d:.]{15} \d+ model\.py:\d+\] "Request timeout: 11000000000"$', re.M),
     )
+
+
+def test_c_python_backend_utils_free_memory_survives_a_restart(served: Served) -> None:
+    # QA "restart": free_memory() read in execute, the stub killed, read again: equal.
+    client = served.http()
+    before = json.loads(_out(client, "qa_free_memory")[0])
+    assert before["same_tensor"] is True
+    if served.mode == "in-process":  # no pool: tensors never travel through shared memory
+        assert before["free"] == 0 and before["pid"] == served.server.proc.pid
+        return
+    assert before["free"] > 0 and before["pid"] != served.server.proc.pid
+    os.kill(before["pid"], signal.SIGKILL)
+
+    def answer() -> Any:
+        try:
+            return json.loads(_out(client, "qa_free_memory")[0])
+        except InferenceServerException:
+            return None  # Triton: "Stub process 'qa_free_memory_0_0' is not healthy."
+
+    after = wait_until(answer, TIMEOUT_S, what="the restarted worker's answer")
+    assert after["pid"] != before["pid"]
+    assert after["free"] == before["free"]
 
 
 def test_lines_printed_at_once_by_two_models_stay_whole(serving: Serving) -> None:

@@ -105,6 +105,12 @@ class ShmPool:
             log.warning("shared memory unavailable (%s); large tensors now travel inline", why)
         self.enabled = False
 
+    def free_bytes(self) -> int:
+        """Bytes still to hand out: the limit less the segments a live tensor holds."""
+        with self._lock:
+            idle = sum(size * len(segs) for size, segs in self._free.items())
+            return self._limit - self._owned_bytes + idle
+
     def release(self, names: list[str]) -> None:
         with self._lock:
             for name in names:

@@ -226,6 +226,9 @@ class Stub:
         self.pb = pb
         self.runtime = StubRuntime(self, setup)
         pb.set_runtime(self.runtime)
+        import c_python_backend_utils
+
+        c_python_backend_utils.set_free_memory(self.pool.free_bytes)
         return self.runtime
 
     def _import_model(self, setup: ModelSetup) -> Any:
