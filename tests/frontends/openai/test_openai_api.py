@@ -49,6 +49,7 @@ def server(
     with serving.server(
         None, *OPENAI_FLAGS, "--openai-api-key", KEY, "--tokenizer", str(tokenizer),
         "--openai-restricted-api", "metrics", "metrics-key", "metrics-value",
+        "--http-max-input-size", "65536",
         models=MODELS, mode=request.param, endpoints=("http", "openai"),
     ) as srv:  # fmt: skip
         yield srv
@@ -268,6 +269,12 @@ def test_bad_requests_get_openai_errors(
     assert fragment in error["message"]
     assert error["param"] == param
     assert error["type"] == "invalid_request_error"
+
+
+def test_a_body_past_the_input_size_limit(server: ServerProcess) -> None:
+    body = {"model": "oai_echo", "prompt": "x" * 70000}
+    status, _, got = raw(server, "POST", "/v1/completions", body, AUTH)
+    assert status == 413 and "exceeds the maximum allowed 65536 bytes" in error_of(got)["message"]
 
 
 def test_model_errors(server: ServerProcess, client: openai.OpenAI) -> None:

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from modelyard.frontends.http.request_response import JSON_HEADERS, Request, Response, read_body
+from modelyard.frontends.http.request_response import JSON_HEADERS, Request, Response
 from modelyard.frontends.openai.catalog import GENERATE, Catalog
 from modelyard.frontends.openai.errors import OpenAIError, bad_request
-from modelyard.frontends.openai.fields import parse_object
+from modelyard.frontends.openai.fields import read_object
 from modelyard.frontends.openai.generation import Generation, collect
 from modelyard.frontends.openai.requests import (
     GenerationRequest,
@@ -35,9 +35,10 @@ async def handle_completion(
     request: Request,
     chat: bool,
     default_max_tokens: int,
+    max_input_size: int,
 ) -> Response | None:
     """The JSON response, or None when the events were sent here."""
-    doc = parse_object(await read_body(request))
+    doc = await read_object(request, max_input_size)
     gen_request = chat_request(doc) if chat else completion_request(doc)
     model = catalog.find(gen_request.model, GENERATE)
     if chat:

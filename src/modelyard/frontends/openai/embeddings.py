@@ -13,10 +13,10 @@ import numpy as np
 import orjson
 
 from modelyard.errors import ModelyardError
-from modelyard.frontends.http.request_response import JSON_HEADERS, Request, Response, read_body
+from modelyard.frontends.http.request_response import JSON_HEADERS, Request, Response
 from modelyard.frontends.openai.catalog import EMBEDDING, Catalog, ServedModel
 from modelyard.frontends.openai.errors import from_core
-from modelyard.frontends.openai.fields import parse_object
+from modelyard.frontends.openai.fields import read_object
 from modelyard.frontends.openai.mapping import embedding_inputs
 from modelyard.frontends.openai.requests import embedding_request
 from modelyard.frontends.openai.results import embedding_of, token_count
@@ -43,8 +43,10 @@ async def _embed(core: InferenceServer, model: ServedModel, text: str) -> tuple[
     return embedding_of(final), token_count(final, "num_input_tokens")
 
 
-async def handle_embeddings(core: InferenceServer, catalog: Catalog, request: Request) -> Response:
-    doc = parse_object(await read_body(request))
+async def handle_embeddings(
+    core: InferenceServer, catalog: Catalog, request: Request, max_input_size: int
+) -> Response:
+    doc = await read_object(request, max_input_size)
     emb_request = embedding_request(doc)
     model = catalog.find(emb_request.model, EMBEDDING)
     request.cancel_on_disconnect()

@@ -7,7 +7,8 @@ from typing import Any
 
 import orjson
 
-from modelyard.frontends.openai.errors import bad_request
+from modelyard.frontends.http.request_response import Request, read_body
+from modelyard.frontends.openai.errors import OpenAIError, bad_request
 
 _KINDS = {
     "string": (str,),
@@ -17,6 +18,24 @@ _KINDS = {
     "object": (dict,),
     "array": (list,),
 }
+
+
+async def read_object(request: Request, limit: int) -> dict[str, Any]:
+    """The request's body as a JSON object; 413 past ``limit`` bytes
+    (``--http-max-input-size``, as Triton's OpenAI frontend bounds it)."""
+    length = request.header(b"content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise _too_large(int(length), limit)
+    body = await read_body(request)
+    if len(body) > limit:
+        raise _too_large(len(body), limit)
+    return parse_object(body)
+
+
+def _too_large(size: int, limit: int) -> OpenAIError:
+    return OpenAIError(
+        413, f"Request body size of {size} bytes exceeds the maximum allowed {limit} bytes"
+    )
 
 
 def parse_object(body: bytes) -> dict[str, Any]:

@@ -78,9 +78,10 @@ def _json(doc: object, status: int = 200) -> Response:
 class OpenAIApp:
     """The ASGI application: ``await app(scope, receive, send)``."""
 
-    def __init__(self, core: InferenceServer, options: OpenAIOptions):
+    def __init__(self, core: InferenceServer, options: OpenAIOptions, max_input_size: int):
         self.core = core
         self.options = options
+        self.max_input_size = max_input_size
         template = from_folder(options.tokenizer) if options.tokenizer else None
         self.catalog = Catalog(core, template or default_template())
         self._key = options.api_key.encode("utf-8")
@@ -139,16 +140,12 @@ class OpenAIApp:
         if method != expected:
             raise OpenAIError(405, f"Method Not Allowed ({method} {path})", INVALID_REQUEST)
         core = self.core
-        if path == "/v1/completions":
-            return await handle_completion(
-                core, self.catalog, request, False, self.options.default_max_tokens
-            )
-        if path == "/v1/chat/completions":
-            return await handle_completion(
-                core, self.catalog, request, True, self.options.default_max_tokens
-            )
+        if path in ("/v1/completions", "/v1/chat/completions"):
+            chat = path == "/v1/chat/completions"
+            max_tokens, limit = self.options.default_max_tokens, self.max_input_size
+            return await handle_completion(core, self.catalog, request, chat, max_tokens, limit)
         if path == "/v1/embeddings":
-            return await handle_embeddings(core, self.catalog, request)
+            return await handle_embeddings(core, self.catalog, request, self.max_input_size)
         if group == MODEL_REPOSITORY:
             return self._models(model_id)
         if path == "/health/ready":
@@ -228,7 +225,8 @@ async def start_openai_server(
     core: InferenceServer, options: OpenAIOptions, limits: HttpLimits | None = None
 ) -> OpenAIServer:
     """Bind and serve; logs ``Started OpenAIService at {host}:{port}`` once bound."""
-    app = OpenAIApp(core, options)
+    limits = limits or HttpLimits()
+    app = OpenAIApp(core, options, limits.max_input_size)
     server = await serve_asgi(app, options.address, options.port, limits)
     log.info("Started OpenAIService at %s:%d", options.address, server.port)
     return OpenAIServer(server)
