@@ -102,5 +102,7 @@ def test_the_example_client(server: ServerProcess) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "completion: jumps over the lazy dog . the dog  [length]  usage: 2 in, 8 out" in run.stdout
+    assert (
+        "completion: jumps over the lazy dog . the dog  [length]  usage: 2 in, 8 out" in run.stdout
+    )
     assert "generate_stream: jumps over the lazy dog . the dog\n" in run.stdout
