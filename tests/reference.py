@@ -30,6 +30,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -105,14 +106,17 @@ def _http_status(
         conn.close()
 
 
-def _grpc_ready(hostport: str, headers: dict[str, str] | None = None) -> bool:
+def _grpc_ready(
+    hostport: str, headers: dict[str, str] | None = None, options: dict[str, Any] | None = None
+) -> bool:
     """The gRPC endpoint answers ServerReady with true (a listening port is not enough: under
-    load Triton's gRPC service has refused calls for a moment after its port accepted)."""
+    load Triton's gRPC service has refused calls for a moment after its port accepted);
+    ``options`` go to the client (TLS: ``ssl``, ``root_certificates``...)."""
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
     try:
-        with grpcclient.InferenceServerClient(hostport) as client:
+        with grpcclient.InferenceServerClient(hostport, **(options or {})) as client:
             return bool(client.is_server_ready(headers=headers, client_timeout=2.0))
     except InferenceServerException:
         return False
@@ -186,6 +190,7 @@ def start_reference(
     *args: str,
     timeout: float = READY_TIMEOUT_S,
     ready_headers: dict[str, str] | None = None,
+    grpc_options: dict[str, Any] | None = None,
 ) -> ReferenceServer:
     """Start the reference Triton on ``repo`` (extra ``args`` go to tritonserver) on free
     ports, and wait until both endpoints answer that the server is ready (HTTP
@@ -193,7 +198,8 @@ def start_reference(
     connections (at most ``timeout`` s): on a loaded machine Triton's gRPC service can come
     up after HTTP already answers. ``ready_headers`` go with both readiness probes (the
     header a restricted ``health`` API expects; gRPC gets it as a restricted protocol wants
-    it, with the ``triton-grpc-protocol-`` prefix)."""
+    it, with the ``triton-grpc-protocol-`` prefix). ``grpc_options`` go to the gRPC probe's
+    client (a TLS port needs ``ssl=True`` and the certificates)."""
     script = reference_script()
     if script is None or not reference_available():
         raise RuntimeError(
@@ -224,7 +230,7 @@ def start_reference(
         if (
             _http_status(server.http_url, "/v2/health/ready", headers=ready_headers) == 200
             and _accepts(server.metrics_url)
-            and _grpc_ready(server.grpc_url, grpc_headers)
+            and _grpc_ready(server.grpc_url, grpc_headers, grpc_options)
         ):
             return server
         if proc.poll() is not None:

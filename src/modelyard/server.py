@@ -101,7 +101,13 @@ async def start_frontends(
                     args.grpc_address,
                     args.grpc_port,
                     start_grpc_server(
-                        core, args.grpc_address, args.grpc_port, fe.grpc_restrictions
+                        core,
+                        args.grpc_address,
+                        args.grpc_port,
+                        fe.grpc_restrictions,
+                        fe.grpc_channel,
+                        fe.grpc_tls,
+                        fe.grpc_forward,
                     ),
                 )
             )
@@ -115,6 +121,9 @@ async def start_frontends(
                 fe.http_limits,
                 fe.http_restrictions,
                 fe.dashboard,
+                fe.http_tls,
+                fe.http_forward,
+                fe.reuse_http_port,
             )
             frontends.append(await _bind("HTTP service", args.http_address, args.http_port, http))
         if args.allow_metrics:
@@ -161,7 +170,7 @@ def _check_ports(args: argparse.Namespace) -> None:
     ):
         host, port = getattr(args, f"{flag}_address"), getattr(args, f"{flag}_port")
         if getattr(args, f"allow_{flag}") and port:
-            problem = _probe(host, port)
+            problem = _probe(host, port, getattr(args, f"reuse_{flag}_port", False))
             if problem is not None:
                 raise FrontendError(
                     f"failed to start a frontend: the {what} cannot listen on {host}:{port}: "
@@ -175,8 +184,9 @@ def _check_ports(args: argparse.Namespace) -> None:
         )
 
 
-def _probe(host: str, port: int) -> OSError | None:
-    """Bind ``host:port`` as the servers do (SO_REUSEADDR: only a listener holds it)."""
+def _probe(host: str, port: int, reuse_port: bool = False) -> OSError | None:
+    """Bind ``host:port`` as the servers do (SO_REUSEADDR: only a listener holds it;
+    ``reuse_port``: SO_REUSEPORT, as ``--reuse-http-port``/``--reuse-grpc-port`` bind)."""
     import socket
 
     try:
@@ -189,6 +199,8 @@ def _probe(host: str, port: int) -> OSError | None:
         try:
             with socket.socket(family, kind, proto) as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if reuse_port:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 probe.bind(address)
         except OSError as e:
             return e

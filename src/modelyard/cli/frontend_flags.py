@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from modelyard.cli.network_flags import add_network_flags
 from modelyard.frontends.http.limits import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_BODY_SIZE,
@@ -101,3 +102,4 @@ def add_frontend_flags(s: argparse.ArgumentParser) -> None:
         default=DEFAULT_IDLE_TIMEOUT_S,
         help="how long an idle keep-alive HTTP connection stays open",
     )
+    add_network_flags(s)  # TLS, gRPC channel settings, forwarded headers, port reuse

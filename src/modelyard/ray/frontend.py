@@ -134,6 +134,7 @@ class Frontend:
 
     async def start(self) -> dict[str, Any]:
         spec, core = self.spec, self.core
+        fe = spec.frontend
         await core.start()
         bound: dict[str, Any] = {
             "node": ray.get_runtime_context().get_node_id(),
@@ -145,7 +146,13 @@ class Frontend:
                 from modelyard.frontends.grpc.server import start_grpc_server
 
                 server = await start_grpc_server(
-                    core, spec.grpc[0], spec.grpc[1], spec.frontend.grpc_restrictions
+                    core,
+                    spec.grpc[0],
+                    spec.grpc[1],
+                    fe.grpc_restrictions,
+                    fe.grpc_channel,
+                    fe.grpc_tls,
+                    fe.grpc_forward,
                 )
                 self.servers.append(server)
                 bound["grpc"] = server.port
@@ -156,8 +163,11 @@ class Frontend:
                     core,
                     spec.http[0],
                     spec.http[1],
-                    spec.frontend.http_limits,
-                    spec.frontend.http_restrictions,
+                    fe.http_limits,
+                    fe.http_restrictions,
+                    tls=fe.http_tls,
+                    forward=fe.http_forward,
+                    reuse_port=fe.reuse_http_port,
                 )
                 self.servers.append(server)
                 bound["http"] = server.port

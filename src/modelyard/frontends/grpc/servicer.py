@@ -27,6 +27,7 @@ from modelyard.errors import (
 from modelyard.frontends.grpc import extensions, proto_convert
 from modelyard.frontends.grpc.stream import run_stream
 from modelyard.frontends.grpc.wire import EncodedResponse, WireInferRequest
+from modelyard.frontends.header_forward import HeaderForward
 from modelyard.serving.shm_regions import cuda_unsupported
 from modelyard.tracing.settings import parse_update
 from modelyard.tracing.trace import AFTER, Trace
@@ -97,8 +98,9 @@ def _rpc(fn: _Handler[_R]) -> _Handler[_R]:
 class InferenceServicer:
     """Implements every RPC of ``inference.GRPCInferenceService``."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, forward: HeaderForward | None = None) -> None:
         self._core = core
+        self._forward = forward  # --grpc-header-forward-pattern
 
     # -- health and metadata -----------------------------------------------------------------
 
@@ -178,6 +180,8 @@ class InferenceServicer:
             if self._core.is_decoupled(msg.model_name, version):
                 raise Unsupported(DECOUPLED_UNSUPPORTED)
             decoded = proto_convert.decode_infer_request(request)
+            if self._forward is not None:
+                decoded.request.parameters.update(self._forward.grpc(context.invocation_metadata()))
             if trace is not None:
                 decoded.request.trace = trace
             response = await self._core.infer(decoded.request)
@@ -197,7 +201,7 @@ class InferenceServicer:
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[WireInferRequest], context: Any
     ) -> AsyncIterator[Any]:
-        async for response in run_stream(self._core, request_iterator, context):
+        async for response in run_stream(self._core, request_iterator, context, self._forward):
             yield response
 
     # -- statistics --------------------------------------------------------------------------

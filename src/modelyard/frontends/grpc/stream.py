@@ -26,7 +26,9 @@ from modelyard.errors import ErrorCode, InternalError, InvalidArgument, Modelyar
 from modelyard.frontends.grpc import extensions, proto_convert
 from modelyard.frontends.grpc.proto_convert import Decoded
 from modelyard.frontends.grpc.wire import EncodedResponse, WireInferRequest
+from modelyard.frontends.header_forward import HeaderForward
 from modelyard.tracing.trace import AFTER, Trace
+from modelyard.types import ParamValue
 
 if TYPE_CHECKING:
     from modelyard.frontends.grpc.servicer import Core
@@ -49,12 +51,18 @@ def _wants_grpc_error(context: Any) -> bool:
 
 
 async def run_stream(
-    core: Core, request_iterator: AsyncIterator[WireInferRequest], context: Any
+    core: Core,
+    request_iterator: AsyncIterator[WireInferRequest],
+    context: Any,
+    forward: HeaderForward | None = None,
 ) -> AsyncIterator[EncodedResponse]:
     """The responses to write, in order. The handler yields them (rather than awaiting
     ``context.write`` for each): grpc.aio's generator path costs about a quarter less CPU per
-    message, which is most of a long stream's cost."""
+    message, which is most of a long stream's cost. ``forward``: the call's headers that
+    become every request's parameters."""
     session = _Session(core, context)
+    if forward is not None:
+        session.forwarded = forward.grpc(context.invocation_metadata())
     reader = asyncio.create_task(session.read(request_iterator))
     grpc_error = _wants_grpc_error(context)
     try:
@@ -91,6 +99,7 @@ class _Session:
         self.slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         # Completion of the last non-decoupled request's write: the next one waits for it.
         self.last_ordered: asyncio.Future[None] | None = None
+        self.forwarded: dict[str, ParamValue] | None = None  # the call's forwarded headers
 
     def cancel(self) -> None:
         for task in self.tasks:
@@ -119,6 +128,8 @@ class _Session:
                     version = proto_convert.check_version(msg.model_version)
                     decoupled = self.core.is_decoupled(msg.model_name, version)
                     decoded = proto_convert.decode_infer_request(wire)
+                    if self.forwarded:
+                        decoded.request.parameters.update(self.forwarded)
                 except ModelyardError as e:
                     error = e
                 except Exception as e:

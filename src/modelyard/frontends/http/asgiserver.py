@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections.abc import Generator
 from typing import Any
 
@@ -35,8 +36,9 @@ class _Server(uvicorn.Server):
         pass
 
 
-def _bind(host: str, port: int) -> list[socket.socket]:
-    """Listening-ready sockets for every address ``host`` resolves to, all on one port."""
+def _bind(host: str, port: int, reuse_port: bool = False) -> list[socket.socket]:
+    """Listening-ready sockets for every address ``host`` resolves to, all on one port
+    (``reuse_port``: SO_REUSEPORT, shared with other servers that set it)."""
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     sockets: list[socket.socket] = []
     seen: set[Any] = set()
@@ -48,6 +50,8 @@ def _bind(host: str, port: int) -> list[socket.socket]:
             sock = socket.socket(family, kind, proto)
             sockets.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             if port == 0 and len(sockets) > 1:  # every address on the first one's port
@@ -100,15 +104,22 @@ class AsgiServer:
 
 
 async def serve_asgi(
-    app: Any, host: str, port: int, limits: HttpLimits | None = None
+    app: Any,
+    host: str,
+    port: int,
+    limits: HttpLimits | None = None,
+    tls: ssl.SSLContext | None = None,
+    reuse_port: bool = False,
+    keep_header_case: bool = False,
 ) -> AsgiServer:
     """Bind ``host:port`` and serve ``app`` (an ``async def app(scope, receive, send)``),
-    each connection within ``limits`` (connection.py)."""
+    each connection within ``limits`` (connection.py); over TLS with ``tls``;
+    ``keep_header_case``: see connection.py."""
     limits = limits or HttpLimits()
     config = uvicorn.Config(
         app,
         loop="none",
-        http=protocol_class(limits),
+        http=protocol_class(limits, keep_header_case),
         ws="none",
         lifespan="off",
         interface="asgi3",
@@ -121,9 +132,11 @@ async def serve_asgi(
         backlog=_BACKLOG,
     )
     config.load()
+    if tls is not None:
+        config.ssl = tls  # (what load() makes of uvicorn's own ssl_* settings)
     server = _Server(config)
     server.lifespan = config.lifespan_class(config)
-    sockets = _bind(host, port)
+    sockets = _bind(host, port, reuse_port)
     try:
         await server.startup(sockets=sockets)
     except BaseException:

@@ -14,6 +14,9 @@ bound (see ``limits.py`` for the limits and their messages):
   reading) does not count against the client;
 * ``idle_timeout``: uvicorn's keep-alive timeout between requests.
 
+With ``keep_header_case`` (``--http-header-forward-pattern``), a request's header names as
+the client wrote them are kept beside uvicorn's lower-cased ones (``HEADER_NAMES_KEY``).
+
 Each answer is ``{"error": ...}`` with ``connection: close``, then the server shuts its side
 and drops what the client still sends until the client closes (at most REJECT_LINGER_S): a
 client still sending a refused body reads the answer rather than a reset. A response the
@@ -35,6 +38,7 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
+from modelyard.frontends.header_forward import HEADER_NAMES_KEY
 from modelyard.frontends.http import limits as msg
 from modelyard.frontends.http.errors import error_body
 from modelyard.frontends.http.limits import HttpLimits
@@ -118,6 +122,7 @@ class LimitedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with ``limits`` (a class attribute: see protocol_class)."""
 
     limits: HttpLimits = HttpLimits()
+    keep_header_case = False
     # Per server (see protocol_class): True while connections are being refused, so that a
     # flood logs one warning, not one per connection.
     refusing: list[bool] = [False]
@@ -255,6 +260,14 @@ class LimitedProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         self._reading = True
         super().on_message_begin()
+        if self.keep_header_case:
+            self._names: list[bytes] = []
+            self.scope[HEADER_NAMES_KEY] = self._names  # type: ignore[literal-required]
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        if self.keep_header_case:
+            self._names.append(name)
 
     def on_headers_complete(self) -> None:
         limits = self.limits
@@ -285,6 +298,7 @@ class LimitedProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
 
-def protocol_class(limits: HttpLimits) -> type[LimitedProtocol]:
+def protocol_class(limits: HttpLimits, keep_header_case: bool = False) -> type[LimitedProtocol]:
     """A protocol class bound to ``limits`` (uvicorn instantiates it per connection)."""
-    return type("HttpProtocol", (LimitedProtocol,), {"limits": limits, "refusing": [False]})
+    attributes = {"limits": limits, "refusing": [False], "keep_header_case": keep_header_case}
+    return type("HttpProtocol", (LimitedProtocol,), attributes)

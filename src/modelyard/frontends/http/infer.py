@@ -13,6 +13,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from modelyard.errors import InvalidArgument, Unsupported
+from modelyard.frontends.header_forward import HEADER_NAMES_KEY, HeaderForward
 from modelyard.frontends.http import compression, infer_body
 from modelyard.frontends.http.classify import classify, output_labels
 from modelyard.frontends.http.limits import raw_input_too_large
@@ -48,13 +49,16 @@ async def handle_infer(
     version: str,
     max_input_size: int,
     trace: Trace | None = None,
+    forward: HeaderForward | None = None,
 ) -> Response:
     if trace is None and core.tracer.on:  # with tracing off, the one check a request pays
         trace = core.tracer.sample(model, request.scope["headers"])
         if trace is not None:
             trace.event("HTTP_RECV_START", 0, BEFORE)
             try:
-                reply = await handle_infer(core, request, model, version, max_input_size, trace)
+                reply = await handle_infer(
+                    core, request, model, version, max_input_size, trace, forward
+                )
                 trace.event("HTTP_SEND_END", 0, AFTER)
                 return reply
             finally:
@@ -90,6 +94,9 @@ async def handle_infer(
         infer_request, plan = infer_body.parse_infer_request(
             model, version, memoryview(body), header_length, max_input_size
         )
+    if forward is not None:  # --http-header-forward-pattern, after the body's parameters
+        scope = request.scope
+        forward.http(scope["headers"], scope.get(HEADER_NAMES_KEY), infer_request.parameters)
     if trace is not None:
         trace.event("HTTP_RECV_END", 0, BEFORE)
         infer_request.trace = trace

@@ -17,6 +17,9 @@ Each endpoint's group is the one Triton's handler for it checks.
 ``/dashboard`` (``--allow-dashboard``, on by default) is modelyard's: its group is the
 ``dashboard`` pseudo-group when that is restricted, else it is guarded by each of
 ``statistics``, ``model-repository`` and ``trace`` that is (it shows what they show).
+
+Beyond Triton, the port may serve HTTPS (``--http-use-ssl``..., ``frontends/tls.py``);
+``--http-header-forward-pattern`` and ``--reuse-http-port`` are Triton's.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from modelyard.dashboard.routes import PREFIX as DASHBOARD_PREFIX
 from modelyard.dashboard.routes import Dashboard
 from modelyard.errors import ModelyardError, Unsupported
 from modelyard.frontends import restricted as groups
+from modelyard.frontends.header_forward import HeaderForward
 from modelyard.frontends.http import handlers
 from modelyard.frontends.http.asgiserver import AsgiServer, serve_asgi
 from modelyard.frontends.http.compression import UnsupportedCompression
@@ -55,6 +59,7 @@ from modelyard.frontends.http.request_response import (
     error_response,
     message_response,
 )
+from modelyard.frontends.tls import TlsSettings, server_context
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
@@ -154,10 +159,12 @@ class _Router:
         limits: HttpLimits | None = None,
         guard: _Guard | None = None,
         dashboard: bool = False,
+        forward: HeaderForward | None = None,
     ):
         self.core = core
         self.limits = limits or HttpLimits()
         self.guard = guard
+        self.forward = forward  # --http-header-forward-pattern
         self.dashboard = Dashboard(core) if dashboard else None
         self.fixed: dict[str, Fixed] = self._fixed_routes()
 
@@ -184,7 +191,12 @@ class _Router:
                         response = _NOT_ALLOWED
                     else:
                         response = await handle_infer(
-                            self.core, request, _segment(model), "", self.limits.max_input_size
+                            self.core,
+                            request,
+                            _segment(model),
+                            "",
+                            self.limits.max_input_size,
+                            forward=self.forward,
                         )
                 else:
                     response = await self._route(request, path, method)
@@ -300,7 +312,9 @@ class _Router:
         if kind == "infer":
             if method != "POST":
                 return _NOT_ALLOWED
-            return await handle_infer(core, request, model, version, self.limits.max_input_size)
+            return await handle_infer(
+                core, request, model, version, self.limits.max_input_size, forward=self.forward
+            )
         if kind is None:
             if method != "GET":
                 return _NOT_ALLOWED
@@ -369,16 +383,31 @@ async def start_http_server(
     limits: HttpLimits | None = None,
     restrictions: groups.Restrictions | None = None,
     dashboard: bool = False,
+    tls: TlsSettings | None = None,
+    forward: HeaderForward | None = None,
+    reuse_port: bool = False,
 ) -> HttpServer:
     """Bind and serve; logs ``Started HTTPService at {host}:{port}`` once bound.
     ``dashboard``: also serve the read-only page at ``/dashboard``, and log its address
-    (unless it is restricted: a browser sends no header)."""
+    (unless it is restricted: a browser sends no header). ``tls``: serve HTTPS;
+    ``forward``: the headers that become request parameters; ``reuse_port``: SO_REUSEPORT."""
     limits = limits or HttpLimits()
     guard = _Guard(restrictions) if restrictions else None
-    server = await serve_asgi(_Router(core, limits, guard, dashboard), host, port, limits)
+    router = _Router(core, limits, guard, dashboard, forward)
+    server = await serve_asgi(
+        router,
+        host,
+        port,
+        limits,
+        tls=server_context(tls) if tls is not None else None,
+        reuse_port=reuse_port,
+        keep_header_case=forward is not None,
+    )
     log.info("Started HTTPService at %s:%d", host, server.port)
     if dashboard and not (guard and guard.guards_dashboard()):
-        log.info("Dashboard at http://%s:%d%s/", _browsable(host), server.port, DASHBOARD_PREFIX)
+        scheme = "https" if tls else "http"
+        where = f"{_browsable(host)}:{server.port}{DASHBOARD_PREFIX}/"
+        log.info("Dashboard at %s://%s", scheme, where)
     return HttpServer(server, host)
 
 
