@@ -1,7 +1,8 @@
 """The transports a worker process sends with: asyncio, one connection pool per process.
 
 They send the requests ``wire`` encoded beforehand and read no output tensors, so a request
-costs the client little more than the transport itself (measured: README, "Load testing").
+costs the client little more than the transport itself (measured: benchmarks/RESULTS.md,
+"Client CPU per request of `modelyard bench`").
 ``send(i)`` returns how many responses request ``i`` received and when the last arrived, or
 raises :class:`RequestFailed` with the server's message.
 """
