@@ -9,12 +9,12 @@
   is a well-formed response, never a 5xx outside Triton's own, the connection never hangs
   (each read has a bound), and the server keeps serving real clients afterwards.
 
-Triton answers 5xx itself (``TRITON_5XX``; README "Errors that are 5xx") for: malformed JSON
-and JSON member type errors (500), a 'data' array whose element count does not match its
-shape (500), a model's own execution error (500), a load of a model the repository does not
-have (500), a shared-memory key that cannot be opened (500), an unsupported Content-Encoding,
-a decoupled model on /infer, a repository name, log or trace file changes (501), and model
-control outside explicit mode or a bad log format (503).
+Triton answers 5xx itself (``TRITON_5XX``; docs/reference/security.md, "Errors that are
+5xx") for: malformed JSON and JSON member type errors (500), a 'data' array whose element
+count does not match its shape (500), a model's own execution error (500), a load of a model
+the repository does not have (500), a shared-memory key that cannot be opened (500), an
+unsupported Content-Encoding, a decoupled model on /infer, a repository name, log or trace
+file changes (501), and model control outside explicit mode or a bad log format (503).
 """
 
 from __future__ import annotations

@@ -159,8 +159,9 @@ def test_logs_bound_port_and_a_taken_port_fails(server: ServerProcess, tmp_path:
 
 
 def test_grpc_environment(server: ServerProcess) -> None:
-    """``modelyard serve`` sets grpc's environment (README): grpcio knows the experiments it
-    turns off (an unknown one is logged at startup), and a value the user set wins."""
+    """``modelyard serve`` sets grpc's environment (docs/reference/serving.md): grpcio knows
+    the experiments it turns off (an unknown one is logged at startup), and a value the user
+    set wins."""
     assert "Unknown experiment" not in server.output()
     env: dict[str, str] = {}
     apply_grpc_environment(env)
