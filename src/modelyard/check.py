@@ -22,18 +22,17 @@ from pathlib import Path
 from typing import TextIO
 
 from modelyard import logs
+from modelyard.backends.loader import LoadOptions
 from modelyard.config.backend_settings import parse_backend_config
 from modelyard.config.normalize import normalize_config
 from modelyard.config.repository import ModelLocation, scan_repositories
 from modelyard.config.validate import validate_config
 from modelyard.core.api import InferenceServer
 from modelyard.core.ensembles import ensembles_last
-from modelyard.core.lifecycle import python_config, read_config
-from modelyard.core.model_version import LoadOptions
+from modelyard.core.loader import check_versions, read_config
 from modelyard.core.options import ServerOptions
-from modelyard.core.tensor_models import is_tensor_model, load_tensor_model
 from modelyard.error_location import describe
-from modelyard.errors import ModelyardError, Unsupported, VersionLoadError
+from modelyard.errors import ModelyardError, VersionLoadError
 from modelyard.scheduling.ensemble import steps_from_config
 
 log = logging.getLogger("modelyard")
@@ -104,20 +103,8 @@ async def check_model(
                     f"ensemble {name} contains models that are not available or ambiguous: "
                     f"{', '.join(missing)}"
                 )
-        elif is_tensor_model(cfg):
-            for mv in await load_tensor_model(name, model_dir, cfg, opts):
-                await mv.stop(0.0)
-        elif cfg.backend == "python":
-            _cfg, _versions, _env, worker = await python_config(
-                name, model_dir, cfg, opts, None, isolate=True
-            )
-            if worker is not None:
-                await worker.stop()
         else:
-            raise Unsupported(
-                f"model '{name}': backend '{cfg.backend or cfg.platform or 'unknown'}' is not "
-                "supported by this server (supported: python, onnxruntime, pytorch)"
-            )
+            await check_versions(name, model_dir, cfg, opts)
     except VersionLoadError as e:
         return Result(name, e.reason)
     except ModelyardError as e:

@@ -13,9 +13,9 @@ import time
 from typing import Any
 
 from modelyard import logs
+from modelyard.backends.loader import LoadOptions
 from modelyard.config.backend_settings import parse_backend_config
 from modelyard.core.api import InferenceServer
-from modelyard.core.model_version import LoadOptions
 from modelyard.core.options import ServerOptions
 from modelyard.fdlimit import raise_fd_limit
 from modelyard.frontends.openai.options import openai_options

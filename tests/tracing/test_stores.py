@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from modelyard.backends.loader import LoadOptions
 from modelyard.core.api import InferenceServer
-from modelyard.core.model_version import LoadOptions
 from modelyard.core.options import ServerOptions
 from modelyard.frontends.http.server import start_http_server
 from modelyard.tracing.config import parse_trace_config

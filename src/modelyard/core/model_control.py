@@ -19,7 +19,7 @@ from modelyard.core.ensembles import EnsembleLoadError
 from modelyard.core.file_override import remove as remove_override
 from modelyard.core.host import CoreHost
 from modelyard.core.index import repository_index
-from modelyard.core.lifecycle import load_model
+from modelyard.core.loader import load_model
 from modelyard.core.loading import ModelLoads
 from modelyard.core.model_version import ModelVersion
 from modelyard.core.options import ServerOptions

@@ -1,26 +1,15 @@
-"""A loaded model version (what requests run on) and the options models load with."""
+"""A loaded model version: what requests run on."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from modelyard.backends.instance import Instance
-from modelyard.backends.python.server.backend import PythonBackendOptions
 from modelyard.core.validation import ModelSignature
 from modelyard.scheduling.base import Scheduler
 from modelyard.serving.stats import ModelStats
-
-
-@dataclass
-class LoadOptions:
-    auto_complete: bool = True
-    backend_settings: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    @property
-    def python(self) -> PythonBackendOptions:
-        return PythonBackendOptions.from_settings(self.backend_settings.get("python", {}))
 
 
 @dataclass(eq=False)

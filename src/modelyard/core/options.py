@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from modelyard.core.model_version import LoadOptions
+from modelyard.backends.loader import LoadOptions
 from modelyard.errors import InvalidArgument
 from modelyard.tracing.config import TraceConfig
 

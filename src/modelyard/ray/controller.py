@@ -31,7 +31,7 @@ from modelyard.backends.instance import Instance
 from modelyard.config import render
 from modelyard.core.api import InferenceServer
 from modelyard.core.ensembles import load_ensemble
-from modelyard.core.lifecycle import read_config
+from modelyard.core.loader import read_config
 from modelyard.core.model_version import ModelVersion
 from modelyard.core.options import ServerOptions
 from modelyard.core.validation import signature_from_config

@@ -22,13 +22,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from modelyard.backends.loader import LoadOptions
 from modelyard.backends.python.server.inprocess import InProcessInstance
 from modelyard.backends.python.server.inprocess_runtime import InProcessRuntime
 from modelyard.config.pbtxt import config_from_json, parse_config_text
 from modelyard.core.api import InferenceServer
 from modelyard.core.host import CoreHost
-from modelyard.core.lifecycle import read_config
-from modelyard.core.model_version import LoadOptions, ModelVersion
+from modelyard.core.loader import read_config
+from modelyard.core.model_version import ModelVersion
 from modelyard.core.options import ServerOptions
 from modelyard.core.validation import validate
 from modelyard.errors import ModelyardError

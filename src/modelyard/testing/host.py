@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import triton_python_backend_utils as pb
 from modelyard.backends.python.server.inprocess_runtime import tensor_data
 from modelyard.core.host import CoreHost
-from modelyard.core.lifecycle import read_config
+from modelyard.core.loader import read_config
 from modelyard.errors import Cancelled, ErrorCode, InternalError, ModelyardError
 from modelyard.serving.context import RequestContext, ResponseCallback
 from modelyard.types import InferRequest, InferResponse, Tensor, datatype_of

@@ -1,4 +1,5 @@
-"""The Python backend: auto-completes a model's config and creates its worker instances."""
+"""The Python backend: prepares a model's config (auto-complete in the model's first worker)
+and creates its instances, in worker processes or in-process."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelyard.backends.instance import Instance
+from modelyard.backends.loader import LoadOptions, PreparedModel
 from modelyard.backends.python.server import exec_env
 from modelyard.backends.python.server.process_instance import PythonWorker, WorkerSpec
 from modelyard.backends.python.server.restart import RestartPolicy
+from modelyard.config.normalize import normalize_config
 from modelyard.config.render import config_to_json
-from modelyard.errors import ConfigError, ErrorCode, VersionLoadError
+from modelyard.config.repository import available_versions, select_versions
+from modelyard.config.validate import validate_config
+from modelyard.errors import ConfigError, ErrorCode, ModelyardError, VersionLoadError
 from modelyard.serving.host import ModelHost
 
 log = logging.getLogger("modelyard")
@@ -266,3 +271,92 @@ def create_instances(
     if not instances:
         raise ConfigError(f"model '{cfg.name}' has no instances to run")
     return instances
+
+
+@dataclass
+class _Prepared:
+    """What prepare keeps for the instances: the model's environment and the worker that ran
+    ``auto_complete_config`` (it becomes the first instance of the newest version)."""
+
+    env: exec_env.ExecEnv | None
+    first: PythonWorker | None
+
+
+class PythonBackend:
+    """The Python backend as the loading pipeline drives it."""
+
+    runs_model_code = True
+
+    async def prepare(
+        self,
+        name: str,
+        model_dir: str,
+        cfg: Any,
+        opts: LoadOptions,
+        host: ModelHost | None,
+        isolate: bool = False,
+    ) -> PreparedModel:
+        """Normalised, auto-completed by the model (in the worker that becomes the first
+        instance; ``isolate``: always in a worker process), normalised again and validated.
+        The model's own failures (a ``model.py`` that does not import) fail the latest
+        version, as Triton reports them."""
+        py = PythonBackendOptions.from_settings(opts.settings("python"))
+
+        def normalize(cfg: Any, auto_complete: bool) -> Any:
+            return normalize_config(
+                cfg,
+                name,
+                model_dir=model_dir,
+                backend_default_max_batch_size=py.default_max_batch_size,
+                auto_complete=auto_complete,
+            )
+
+        cfg = normalize(cfg, opts.auto_complete)
+        versions = select_versions(cfg, available_versions(model_dir))
+        env = await prepare_exec_env(cfg, model_dir, max(versions), py)
+        first: PythonWorker | None = None
+        if opts.auto_complete:
+            try:
+                cfg, first = await run_auto_complete(
+                    cfg, model_dir, max(versions), py, host, env, isolate
+                )
+            except VersionLoadError:
+                raise
+            except ModelyardError as e:
+                raise VersionLoadError(max(versions), e.message, e.code) from None
+        try:
+            if opts.auto_complete:
+                cfg = normalize(cfg, True)
+            validate_config(cfg)
+        except BaseException:
+            if first is not None:
+                await first.stop()
+            raise
+        return PreparedModel(cfg, versions, _Prepared(env, first))
+
+    async def create_instances(
+        self,
+        model: PreparedModel,
+        model_dir: str,
+        version: int,
+        opts: LoadOptions,
+        host: ModelHost | None,
+    ) -> list[Instance]:
+        state: _Prepared = model.state
+        py = PythonBackendOptions.from_settings(opts.settings("python"))
+        first, state.first = state.first, None
+        try:
+            return create_instances(model.config, model_dir, version, py, host, first, state.env)
+        except BaseException:
+            if first is not None:
+                await first.stop()
+            raise
+
+    async def discard(self, model: PreparedModel) -> None:
+        state: _Prepared = model.state
+        first, state.first = state.first, None
+        if first is not None:
+            await first.stop()
+
+
+BACKEND = PythonBackend()
