@@ -27,6 +27,7 @@ from modelyard.core.registry import ModelRegistry
 from modelyard.core.response_cache import ResponseCache
 from modelyard.core.response_cache import attach as attach_cache
 from modelyard.errors import InvalidArgument, ModelyardError, Unavailable, VersionLoadError
+from modelyard.serving.summaries import LatencySummaries
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
@@ -115,6 +116,8 @@ class ModelControl:
         old = entry.versions
         for mv in versions:
             attach_cache(mv, self.response_cache)
+            if self.options.metrics.summaries:
+                mv.stats.summaries = LatencySummaries(cached=mv.stats.cache_enabled)
         entry.versions = {mv.version: mv for mv in versions}
         entry.state, entry.reason = "READY", ""
         took = time.monotonic() - started

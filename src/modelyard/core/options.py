@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from modelyard.backends.loader import LoadOptions
 from modelyard.errors import InvalidArgument
+from modelyard.serving.metrics_settings import MetricsSettings
 from modelyard.tracing.config import TraceConfig
 
 
@@ -25,6 +26,8 @@ class ServerOptions:
     allow_client_shm: bool = True  # system shared-memory extension (--allow-client-shm)
     cache_bytes: int = 0  # local response cache size (--cache-config local,size=N); 0 = none
     trace: TraceConfig = field(default_factory=TraceConfig)  # --trace-config
+    # --allow-metrics, --allow-*-metrics, --metrics-interval-ms, --metrics-config
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
 
 def parse_version(version: str) -> int | None:

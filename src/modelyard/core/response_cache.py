@@ -222,12 +222,16 @@ def _record_hit(
     stats.success.add(t_end - t_received)
     stats.queue.add(max(0, t_lookup - t_received))
     stats.cache_hit.add(t_found - t_lookup)
+    if stats.summaries is not None:
+        stats.summaries.hit(max(0, t_lookup - t_received), t_found - t_lookup)
 
 
 def _record_miss(stats: ModelStats, ns: int) -> None:
     """Triton's UpdateSuccessCacheMiss: lookup + insertion time, also added to the request."""
     stats.cache_miss.add(ns)
     stats.success.ns += ns
+    if stats.summaries is not None:
+        stats.summaries.miss(ns)
 
 
 def attach(mv: Any, cache: ResponseCache | None) -> None:
@@ -243,3 +247,4 @@ def attach(mv: Any, cache: ResponseCache | None) -> None:
         return
     if not isinstance(mv.scheduler, CachingScheduler):
         mv.scheduler = CachingScheduler(mv.scheduler, cache, mv.stats)
+    mv.stats.cache_enabled = True  # (Triton's metrics of such a model differ)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelyard.serving.live import LiveWindow
+from modelyard.serving.summaries import LatencySummaries
 
 # Triton's failure reasons, in the order its metrics list them.
 FAILURE_REASONS = ("OTHER", "BACKEND", "CANCELED", "REJECTED")
@@ -52,6 +53,9 @@ class ModelStats:
     fail_reasons: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     # The last minute, second by second, for the dashboard (not part of Triton's shape).
     live: LiveWindow = field(default_factory=LiveWindow)
+    # The metrics' latency summaries (--metrics-config summary_latencies=true), else None.
+    summaries: LatencySummaries | None = None
+    cache_enabled: bool = False  # the model's responses are cached (its metrics differ)
 
     def record_success(
         self, t_received: int, t_queued: int, t_start: int, t_end: int, batch: int
@@ -65,6 +69,8 @@ class ModelStats:
             self.compute_input.add(0)
             self.compute_output.add(0)
         self.live.success(t_received, t_queued, t_start, t_end)
+        if self.summaries is not None:
+            self.summaries.success(t_received, t_queued, t_start, t_end)
 
     def record_execution(self, batch_size: int, infer_ns: int) -> None:
         """One model execution of ``batch_size`` (recorded by the scheduler, per batch)."""
