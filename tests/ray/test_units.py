@@ -13,7 +13,7 @@ import pytest
 
 from modelyard.config.pbtxt import parse_config_text
 from modelyard.errors import ConfigError, ErrorCode, ModelyardError, NotFound, VersionLoadError
-from modelyard.ray.plan import infeasible, plan_deployment
+from modelyard.ray.plan import infeasible, no_room, plan_deployment
 from modelyard.ray.stats import add_stats
 from modelyard.serving.stats import ModelStats
 
@@ -131,15 +131,50 @@ def test_each_selected_version_is_deployed(tmp_path: Path) -> None:
 
 def test_infeasible_requests_are_named() -> None:
     nodes = [{"CPU": 2.0, "node_a": 100.0}, {"CPU": 2.0, "GPU": 1.0}]
-    assert infeasible({"CPU": 1.0, "GPU": 1.0}, nodes) == ""
-    assert (
-        infeasible({"GPU": 2.0}, nodes)
-        == "no node of the Ray cluster offers {GPU: 2} for one replica"
+    assert infeasible({"CPU": 1.0, "GPU": 1.0}, 1, nodes) == ""
+    assert infeasible({"GPU": 2.0}, 1, nodes) == (
+        "no node of the Ray cluster offers {GPU: 2} for one replica "
+        "(its nodes have {GPU: 0}, {GPU: 1})"
     )
-    assert infeasible({"node_a": 0.01, "GPU": 1.0}, nodes) == (
-        "no node of the Ray cluster offers {GPU: 1, node_a: 0.01} for one replica"
+    assert infeasible({"node_a": 0.01, "GPU": 1.0}, 1, nodes) == (
+        "no node of the Ray cluster offers {GPU: 1, node_a: 0.01} for one replica "
+        "(its nodes have {GPU: 0, node_a: 100}, {GPU: 1, node_a: 0})"
     )
-    assert "no live node" in infeasible({}, [])
+    assert infeasible({"CPU": 4.0}, 1, [{"CPU": 2.0}]) == (
+        "no node of the Ray cluster offers {CPU: 4} for one replica (its node has {CPU: 2})"
+    )
+    assert infeasible({}, 1, []) == "the Ray cluster has no live node"
+
+
+def test_replicas_that_cannot_run_together_are_named() -> None:
+    nodes = [{"CPU": 2.0}]
+    assert infeasible({"CPU": 1.0}, 2, nodes) == ""
+    assert infeasible({"CPU": 0.1}, 20, nodes) == ""  # (no rounding error at the limit)
+    assert infeasible({"CPU": 1.5}, 2, nodes) == (
+        "its 2 replicas need {CPU: 3} together, and the Ray cluster has {CPU: 2} in all"
+    )
+    assert infeasible({"CPU": 1.5}, 2, [*nodes, {"CPU": 2.0}]) == ""
+
+
+def test_replicas_without_room_name_what_is_free() -> None:
+    total = {"CPU": 2.0, "memory": 1e9}
+    assert no_room({"CPU": 1.0}, {"CPU": 1.5}, total) == ""
+    assert no_room({"CPU": 1.95}, {"CPU": 1.8}, total) == (
+        "each needs {CPU: 1.95}, and the Ray cluster has {CPU: 1.8} free of {CPU: 2}"
+    )
+    assert no_room({"GPU": 0.5}, {}, {"CPU": 2.0}) == (
+        "each needs {GPU: 0.5}, and the Ray cluster has {GPU: 0} free of {GPU: 0}"
+    )
+
+
+def test_the_default_cpus_per_replica_are_a_fraction(tmp_path: Path) -> None:
+    from modelyard.cli.main import build_parser
+
+    args = build_parser().parse_args(["serve", "r", "--ray", "local"])
+    assert 0 < args.ray_replica_cpus < 1
+    assert args.ray_num_cpus is None and args.ray_num_gpus is None
+    p = plan(tmp_path, 'name: "m"\nbackend: "python"\n', cpus=args.ray_replica_cpus)
+    assert p.resources == {"CPU": args.ray_replica_cpus}
 
 
 def test_statistics_of_replicas_add_up() -> None:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+# CPUs a replica reserves by default: a fraction, so that a laptop's few CPUs hold every
+# model of a repository (a whole CPU each left most of them waiting for room).
+REPLICA_CPUS = 0.1
+
 
 def _cpus(value: str) -> float:
     try:
@@ -11,7 +15,7 @@ def _cpus(value: str) -> float:
     except ValueError:
         n = -1.0
     if not n >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number of CPUs >= 0, got '{value}'")
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got '{value}'")
     return n
 
 
@@ -31,15 +35,32 @@ def add_ray_flags(p: argparse.ArgumentParser) -> None:
         default="",
         metavar="ADDRESS",
         help="serve on a Ray cluster with Ray Serve (pip install modelyard[ray]): 'auto', "
-        "HOST:PORT, ray://HOST:PORT, or 'local' to start a Ray instance here",
+        "HOST:PORT, ray://HOST:PORT, or 'local' to start a Ray instance here (stopped, and its "
+        "temporary folder removed, when the server stops)",
     )
     p.add_argument(
         "--ray-replica-cpus",
         type=_cpus,
-        default=1.0,
+        default=REPLICA_CPUS,
         metavar="CPUS",
         help="with --ray, CPUs each model replica reserves unless its config parameter "
-        "ray_num_cpus says otherwise (0: none, replicas then share nodes freely)",
+        f"ray_num_cpus asks for more or less (default {REPLICA_CPUS:g}: replicas share a "
+        f"node's CPUs as Triton's instances share a machine's, {1 / REPLICA_CPUS:g} to a CPU; "
+        "0: no limit; 1: Ray Serve's default)",
+    )
+    p.add_argument(
+        "--ray-num-cpus",
+        type=_cpus,
+        default=None,
+        metavar="CPUS",
+        help="with --ray local, the CPUs of the Ray instance it starts (default: this machine's)",
+    )
+    p.add_argument(
+        "--ray-num-gpus",
+        type=_cpus,
+        default=None,
+        metavar="GPUS",
+        help="with --ray local, the GPUs of the Ray instance it starts (default: this machine's)",
     )
     p.add_argument(
         "--ray-frontend-resource",
@@ -53,6 +74,7 @@ def add_ray_flags(p: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=300.0,
         metavar="SECS",
-        help="with --ray, how long a model version's replicas may take to start (scheduling "
-        "included) before its load fails",
+        help="with --ray, how long a model version's replicas may take to start (waiting "
+        "for room on the cluster included) before its load fails, naming what they need "
+        "and what the cluster has",
     )

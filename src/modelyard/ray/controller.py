@@ -36,7 +36,7 @@ from modelyard.core.model_version import ModelVersion
 from modelyard.core.options import ServerOptions
 from modelyard.core.validation import signature_from_config
 from modelyard.errors import InternalError, ModelyardError, Unavailable
-from modelyard.ray.plan import DeploymentPlan, infeasible, plan_deployment
+from modelyard.ray.plan import DeploymentPlan, infeasible, no_room, plan_deployment
 from modelyard.ray.replica import ModelReplica, ReplicaSpec
 from modelyard.ray.table import DEPLOYMENT, Table, VersionRecord
 from modelyard.serving.context import RequestContext
@@ -59,6 +59,53 @@ STICKY_ROUTER = "modelyard.ray.router.StickyRouter"  # (imported by Serve where 
 STATUS_POLL_S = 0.25  # how often a deploy or delete in progress looks at Serve's status
 
 
+class StatusWatch:
+    """Serve's status, read once per ``STATUS_POLL_S`` for every deploy and delete waiting on
+    it (each reading it on its own cost the controller a call per waiter and poll)."""
+
+    def __init__(self) -> None:
+        self._status: Any = None
+        self._error: BaseException | None = None
+        self._begun = 0  # reads begun
+        self._done = 0  # reads finished: the status (or error) is the last one's
+        self._waiters = 0
+        self._read: asyncio.Event | None = None
+        self._task: asyncio.Future[None] | None = None
+
+    async def next(self) -> Any:
+        """Serve's status as read after this call began."""
+        want = self._begun + 1
+        self._waiters += 1
+        try:
+            if self._task is None or self._task.done():
+                self._task = asyncio.ensure_future(self._poll())
+            while self._done < want:
+                if self._read is None:
+                    self._read = asyncio.Event()
+                await self._read.wait()
+            if self._error is not None:
+                raise self._error
+            return self._status
+        finally:
+            self._waiters -= 1
+
+    async def _poll(self) -> None:
+        while self._waiters:
+            self._begun += 1
+            try:
+                self._status, self._error = await serve_call(serve.status), None
+            except Exception as e:
+                self._error = e
+            self._done = self._begun
+            read, self._read = self._read, None
+            if read is not None:
+                read.set()
+            await asyncio.sleep(STATUS_POLL_S)
+
+
+_STATUS = StatusWatch()
+
+
 @dataclass
 class ClusterSpec:
     options: ServerOptions
@@ -76,10 +123,15 @@ class Controller:
         logs.configure(spec.log_config)
         logging.getLogger("ray.serve").setLevel(logging.WARNING)  # (see driver.quiet_ray)
         self.core = ClusterCore(spec, ray.get_runtime_context().current_actor)
+        self._starting: asyncio.Future[list[str]] | None = None
 
     async def start(self) -> list[str]:
         """Remove what a crashed server of the same prefix left, then load the models the
-        control mode asks for; returns the names that failed."""
+        control mode asks for; returns the names that failed. ``stop`` cancels it."""
+        self._starting = asyncio.ensure_future(self._start())
+        return await self._starting
+
+    async def _start(self) -> list[str]:
         await self.core.remove_leftovers()
         return await self.core.start()
 
@@ -111,8 +163,14 @@ class Controller:
         return await self.core.check_ready()
 
     async def stop(self) -> bool:
-        """Delete every application (in-flight requests drain within the exit timeout)."""
-        return await self.core.stop()
+        """Delete every application (in-flight requests drain within the exit timeout); a
+        start still loading models is cancelled first (its deploys are deleted)."""
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()
+            await asyncio.gather(self._starting, return_exceptions=True)
+        clean = await self.core.stop()
+        # A deploy cancelled while Serve's thread ran it leaves its applications behind.
+        return await self.core.remove_leftovers() and clean
 
 
 def _portable(e: Exception) -> ModelyardError:
@@ -195,7 +253,11 @@ class ClusterCore(InferenceServer):
             await load_ensemble(name, location, raw, self)
         plan = plan_deployment(name, raw, location, self.spec.replica_cpus)
         nodes = await serve_call(ray.nodes)
-        why = infeasible(plan.resources, [n["Resources"] for n in nodes if n.get("Alive")])
+        why = infeasible(
+            plan.resources,
+            plan.replicas_at_start * len(plan.versions),
+            [n["Resources"] for n in nodes if n.get("Alive")],
+        )
         if why:
             raise Unavailable(f"model '{name}' cannot be deployed: {why}")
         load = next(self._loads)
@@ -212,7 +274,7 @@ class ClusterCore(InferenceServer):
 
         await serve_call(deploy)
         try:
-            await self._wait_running(name, list(apps.values()))
+            await self._wait_running(plan, list(apps.values()))
             described = await asyncio.gather(
                 *(
                     serve.get_deployment_handle(
@@ -283,12 +345,13 @@ class ClusterCore(InferenceServer):
             files=self._files.get(plan.name),
         )
 
-    async def _wait_running(self, name: str, apps: list[str]) -> None:
-        """Until every application runs; a failed or slow start fails the load with Serve's
-        words for it."""
+    async def _wait_running(self, plan: DeploymentPlan, apps: list[str]) -> None:
+        """Until every application runs; a failed start fails the load with Serve's words for
+        it, a slow one (replicas the cluster has no room for, or still starting) with ours."""
+        name = plan.name
         deadline = time.monotonic() + self.spec.deploy_timeout
         while True:
-            status = await serve_call(serve.status)
+            status = await _STATUS.next()
             states = [status.applications.get(app) for app in apps]
             if all(s is not None and s.status == "RUNNING" for s in states):
                 return
@@ -298,24 +361,65 @@ class ClusterCore(InferenceServer):
                         f"model '{name}' failed to start on the Ray cluster: {_why(s)}"
                     )
             if time.monotonic() > deadline:
-                detail = "; ".join(_why(s) for s in states if s is not None)
                 raise Unavailable(
                     f"model '{name}' did not start on the Ray cluster within "
-                    f"{self.spec.deploy_timeout:g} s (--ray-deploy-timeout-secs)"
-                    + (f": {detail}" if detail else "")
+                    f"{self.spec.deploy_timeout:g} s (--ray-deploy-timeout-secs): "
+                    + await _not_started(plan, states)
                 )
-            await asyncio.sleep(STATUS_POLL_S)
 
-    async def remove_leftovers(self) -> None:
+    async def remove_leftovers(self) -> bool:
+        """Delete this server's applications that no loaded version owns (a crashed server's;
+        once stopping, every one: a cancelled deploy's too); True once none is left."""
         status = await serve_call(serve.status)
-        mine = [app for app in status.applications if app.startswith(self.spec.app_prefix + "/")]
-        if mine:
+        owned = (
+            set()
+            if self._stopping
+            else {
+                mv.instances[0].record.app
+                for e in self.registry.entries.values()
+                for mv in e.versions.values()
+                if mv.instances and isinstance(mv.instances[0], DeployedVersion)
+            }
+        )
+        mine = [
+            app
+            for app in status.applications
+            if app.startswith(self.spec.app_prefix + "/") and app not in owned
+        ]
+        if not mine:
+            return True
+        if not self._stopping:
             log.warning(
                 "removing %d Serve applications a previous server left on the cluster: %s",
                 len(mine),
                 ", ".join(sorted(mine)),
             )
-            await delete_apps(mine, self.spec.options.exit_timeout)
+        return await delete_apps(mine, self.spec.options.exit_timeout)
+
+
+async def _not_started(plan: DeploymentPlan, states: list[Any]) -> str:
+    """Why the replicas of ``plan``'s applications (Serve's ``states``) are not all running,
+    in one line: how many wait, what each needs and what the cluster has free."""
+    wanted = plan.replicas_at_start * len(states)
+    running = sum(
+        d.replica_states.get("RUNNING", 0)
+        for s in states
+        if s is not None
+        for d in s.deployments.values()
+    )
+    waiting = max(1, wanted - running)
+    free, total = await serve_call(_resources)
+    why = no_room(plan.resources, free, total)
+    if why:
+        return f"{waiting} of its {wanted} replicas found no room: {why}"
+    return f"{waiting} of its {wanted} replicas are still starting (the model's initialize)"
+
+
+def _resources() -> tuple[dict[str, float], dict[str, float]]:
+    """The cluster's free and total resources."""
+    free: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
+    total: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    return free, total
 
 
 def _why(app_status: Any) -> str:
@@ -332,10 +436,9 @@ async def delete_apps(apps: list[str], timeout: float) -> bool:
         await serve_call(serve.delete, app, False)
     deadline = time.monotonic() + timeout + 10.0
     while time.monotonic() < deadline:
-        status = await serve_call(serve.status)
+        status = await _STATUS.next()
         if not any(app in status.applications for app in apps):
             return True
-        await asyncio.sleep(STATUS_POLL_S)
     log.error("Serve applications still present after delete: %s", ", ".join(apps))
     return False
 

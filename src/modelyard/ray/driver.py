@@ -1,11 +1,14 @@
 """``modelyard serve --ray ADDRESS``: serve the model repository on a Ray cluster.
 
-This process is the cluster's driver: it connects to Ray (``local`` starts one), starts Serve
-without its proxies, creates the controller (which deploys the models) and one frontend actor
-per node that takes traffic, logs their addresses, and on SIGINT/SIGTERM deletes the
-applications (in-flight requests drain within ``--exit-timeout-secs``) and ends its actors.
-The controller and the frontends die with this process; Serve applications outlive it, so a
-server that crashed leaves them behind and the next one with the same ``--id`` removes them.
+This process is the cluster's driver: it connects to Ray (``local`` starts one here, in a
+folder of its own under the temporary folder, removed at a clean exit), starts Serve without
+its proxies, creates the controller and one frontend actor per node that takes traffic (they
+answer live, not ready, while the controller deploys the models), logs their addresses, and
+on SIGINT/SIGTERM, in any phase, deletes the applications (in-flight requests drain) and ends
+its actors within ``--exit-timeout-secs``; a second signal skips the wait. The controller and
+the frontends die with this process; Serve applications outlive it on a cluster it connected
+to, so a server that crashed leaves them behind and the next one with the same ``--id``
+removes them.
 """
 
 from __future__ import annotations
@@ -14,40 +17,133 @@ import argparse
 import asyncio
 import logging
 import os
+import shutil
 import signal
+import sys
+import tempfile
+import threading
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import ray
 from ray import serve
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from modelyard import logs
+from modelyard.backends.python.protocol import tensor_pool
 from modelyard.core.options import ServerOptions
 from modelyard.frontends.options import FrontendOptions
 from modelyard.ray.controller import ClusterSpec, Controller
 from modelyard.ray.frontend import Frontend, FrontendSpec
 
 log = logging.getLogger("modelyard")
+T = TypeVar("T")
 
 NAMESPACE = "modelyard"
-# Past the exit timeout, this much longer for the applications' deletion and the actors' end.
+# Past the exit timeout, this much longer for stopping Ray before the process ends anyway.
 STOP_GRACE_S = 15.0
 # A frontend that has not bound its ports within this long fails the start.
 FRONTEND_START_S = 60.0
+# Ray's socket paths (in its session folder) must fit in 107 bytes.
+MAX_RAY_TMP = 30
 
 
-def connect(address: str) -> None:
-    """Connect this process to the cluster at ``address`` (``local``: start one here)."""
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM while Ray or Serve starts (blocking calls in this thread; not an
+    Exception, which Ray's start retries would swallow)."""
+
+
+_signalled = ""  # the signal that interrupted the start ("" for none)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    global _signalled
+    _signalled = signal.Signals(signum).name
+    raise Interrupted(_signalled)
+
+
+def _stopping_already(signum: int, frame: Any) -> None:
+    log.info("already stopping (%s): the cluster is being shut down", signal.Signals(signum).name)
+
+
+def _on_signals(handler: Any) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+
+
+def local_flags_problem(args: argparse.Namespace) -> str:
+    """The flags that size a local Ray instance, given for a cluster this server joins."""
+    if args.ray == "local":
+        return ""
+    for flag, value in (
+        ("--ray-num-cpus", args.ray_num_cpus),
+        ("--ray-num-gpus", args.ray_num_gpus),
+    ):
+        if value is not None:
+            return f"{flag} sizes the Ray instance of --ray local; the cluster at '{args.ray}' has its own"
+    return ""
+
+
+class LocalRay:
+    """The folder of the Ray instance ``--ray local`` starts, ``modelyard-ray-<pid>`` in the
+    temporary folder: Ray's session (sockets, logs) and every temporary file of its processes
+    (the replicas' inbox folders, onnxruntime's session file). Removed after a clean stop;
+    kept, with its logs, otherwise, until the next ``--ray local`` server removes it."""
+
+    PREFIX = "modelyard-ray-"
+
+    def __init__(self) -> None:
+        base = os.environ.get("RAY_TMPDIR") or (
+            tempfile.gettempdir() if sys.platform.startswith("linux") else "/tmp"
+        )
+        if len(base) > MAX_RAY_TMP:
+            base = "/tmp"  # (under a long TMPDIR, Ray's socket paths would not fit)
+        self._sweep(base)
+        self.folder = os.path.join(base, f"{self.PREFIX}{os.getpid()}")
+        shutil.rmtree(self.folder, ignore_errors=True)  # (a gone process's, with this pid)
+        os.mkdir(self.folder, 0o700)
+        os.environ["TMPDIR"] = self.folder  # for the processes Ray starts from this one
+
+    def _sweep(self, base: str) -> None:
+        """Remove the folders of ``--ray local`` servers that are gone."""
+        try:
+            names = os.listdir(base)
+        except OSError:
+            return
+        for name in names:
+            pid = name[len(self.PREFIX) :] if name.startswith(self.PREFIX) else ""
+            if pid.isdigit() and not tensor_pool.process_alive(int(pid)):
+                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+
+    def close(self, keep: bool) -> None:
+        # The shared-memory segments of replicas Ray killed (/dev/shm is not in the folder).
+        tensor_pool.sweep_dead_servers()
+        if keep:
+            log.info(
+                "Ray's logs of this run: %s", os.path.join(self.folder, "session_latest", "logs")
+            )
+        else:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def connect(args: argparse.Namespace, local: LocalRay | None) -> None:
+    """Connect this process to the cluster at ``--ray`` (``local``: start one here)."""
     kwargs: dict[str, Any] = {
         "namespace": NAMESPACE,
         "logging_level": logging.WARNING,
         "log_to_driver": True,  # the models' log lines reach this process's log
     }
-    if address == "local":
-        ray.init(include_dashboard=False, **kwargs)
+    if local is not None:
+        ray.init(
+            include_dashboard=False,
+            _temp_dir=local.folder,
+            num_cpus=args.ray_num_cpus,
+            num_gpus=args.ray_num_gpus,
+            **kwargs,
+        )
     else:
-        ray.init(address=address, **kwargs)
+        ray.init(address=args.ray, **kwargs)
     quiet_ray()
 
 
@@ -75,14 +171,30 @@ def actor_env() -> dict[str, str]:
 
 
 def run(args: argparse.Namespace, fe: FrontendOptions, options: ServerOptions) -> int:
+    problem = local_flags_problem(args)
+    if problem:
+        sys.stderr.write(f"modelyard serve: error: {problem}\n")
+        return 2
     env = actor_env()
+    local = LocalRay() if args.ray == "local" else None
+    code = 1
+    # Until the event loop takes the signals over: a signal ends the blocking start.
+    _on_signals(_interrupt)
     try:
-        connect(args.ray)
-    except (ConnectionError, ValueError, RuntimeError) as e:
-        log.error("cannot connect to the Ray cluster at '%s': %s", args.ray, e)
-        return 1
-    try:
-        serve.start(proxy_location="Disabled", logging_config={"log_level": "WARNING"})
+        try:
+            connect(args, local)
+            _on_signals(_interrupt)  # (ray.init set a SIGTERM handler of its own)
+            if not _signalled:
+                serve.start(proxy_location="Disabled", logging_config={"log_level": "WARNING"})
+            if _signalled:  # (raised where Ray caught it)
+                raise Interrupted(_signalled)
+        except Interrupted as e:
+            log.info("stopping while Ray starts (%s)", e)
+            code = 0
+            return code
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            log.error("cannot connect to the Ray cluster at '%s': %s", args.ray, e)
+            return code
         spec = ClusterSpec(
             options=options,
             log_config=log_config(args),
@@ -91,12 +203,28 @@ def run(args: argparse.Namespace, fe: FrontendOptions, options: ServerOptions) -
             deploy_timeout=args.ray_deploy_timeout_secs,
             env_vars=env,
         )
-        return asyncio.run(_serve(args, fe, spec))
+        code = asyncio.run(_serve(args, fe, spec))
+        return code
     finally:
+        _on_signals(_stopping_already)  # (stopping Ray takes a moment: let it finish)
         ray.shutdown()
+        if local is not None:
+            local.close(keep=code != 0)
+        log.info("stopped")
 
 
 async def _serve(args: argparse.Namespace, fe: FrontendOptions, spec: ClusterSpec) -> int:
+    stop, hurry = asyncio.Event(), asyncio.Event()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            log.info("a second signal: stopping without waiting for the models")
+            hurry.set()
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
     here = ray.get_runtime_context().get_node_id()
     name = f"{spec.app_prefix}.controller"
     try:
@@ -115,34 +243,113 @@ async def _serve(args: argparse.Namespace, fe: FrontendOptions, spec: ClusterSpe
         runtime_env={"env_vars": spec.env_vars},
     ).remote(spec)
     frontends: list[Any] = []
+    code = 1
     try:
-        started = time.monotonic()
-        failed = await controller.start.remote()
-        if failed and args.exit_on_error:
-            log.error("failed to load all models: %s", ", ".join(failed))
-            return 1
-        frontends = await _start_frontends(args, fe, spec, controller)
-        if not frontends:
-            return 1
-        # (on Ray the frontends start once the models are deployed: they mirror the table)
-        log.info(
-            "%s in %.2f s: %d failed%s",
-            logs.INITIAL_LOAD_DONE,
-            time.monotonic() - started,
-            len(failed),
-            f" ({', '.join(failed)})" if failed else "",
-        )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-        log.info("shutting down: draining in-flight requests (up to %g s)", args.exit_timeout_secs)
-        return 0
+        code = await _serve_until_stopped(args, fe, spec, controller, frontends, stop)
     finally:
-        clean = await _stop(controller, frontends, args.exit_timeout_secs)
+        _backstop(args.exit_timeout_secs + STOP_GRACE_S)
+        log.info("shutting down: draining in-flight requests (up to %g s)", args.exit_timeout_secs)
+        clean = await _stop(controller, frontends, args.exit_timeout_secs, hurry)
         if not clean:
             log.error("the cluster did not stop cleanly within the exit timeout")
+    return code or (0 if clean else 1)
+
+
+async def _serve_until_stopped(
+    args: argparse.Namespace,
+    fe: FrontendOptions,
+    spec: ClusterSpec,
+    controller: Any,
+    frontends: list[Any],
+    stop: asyncio.Event,
+) -> int:
+    """Start the frontends (into ``frontends``), then the models; serve until ``stop``."""
+    # The frontends first: they answer live (not ready) while the models deploy, and mirror
+    # the table of models as each version starts serving.
+    started = time.monotonic()
+    bound = await _unless(stop, _start_frontends(args, fe, spec, controller))
+    if bound is None:
+        log.info("stopping while the frontends start")
+        return 0
+    if not bound:
+        return 1
+    frontends += bound
+    failed = await _unless(stop, _ray_call(controller.start.remote()))
+    if failed is None:
+        log.info("stopping while the models load")
+        return 0
+    log.info(
+        "%s in %.2f s: %d failed%s",
+        logs.INITIAL_LOAD_DONE,
+        time.monotonic() - started,
+        len(failed),
+        f" ({', '.join(failed)})" if failed else "",
+    )
+    if failed and args.exit_on_error:
+        log.error("failed to load all models: %s", ", ".join(failed))
+        return 1
+    await stop.wait()
+    return 0
+
+
+async def _ray_call(ref: Awaitable[T]) -> T:
+    return await ref
+
+
+async def _unless(stop: asyncio.Event, work: Awaitable[T]) -> T | None:
+    """``work``'s result, or None when ``stop`` is set first (``work`` is then cancelled)."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return None
+
+
+def _backstop(after: float) -> None:
+    """End the process ``after`` seconds from now if stopping hangs, and the processes it
+    started with it (a local Ray instance's: its agents outlive a driver that just exits)."""
+
+    def run() -> None:
+        time.sleep(after)
+        log.error("shutdown did not finish %g s after the signal: exiting now", after)
+        for pid in descendants(os.getpid()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        logging.shutdown()
+        os._exit(1)
+
+    threading.Thread(target=run, name="modelyard-exit-backstop", daemon=True).start()
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (Linux's /proc; none elsewhere)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
 
 
 async def _start_frontends(
@@ -204,18 +411,25 @@ async def _start_frontends(
     return actors
 
 
-async def _stop(controller: Any, frontends: list[Any], exit_timeout: float) -> bool:
-    """Delete the applications (draining), close the frontends, end the actors; bounded."""
-    clean = True
+async def _stop(
+    controller: Any, frontends: list[Any], exit_timeout: float, hurry: asyncio.Event
+) -> bool:
+    """Delete the applications (draining) within the exit timeout, unless ``hurry`` is set
+    first; then close the frontends and end the actors."""
+    clean = False
     try:
-        clean = bool(await asyncio.wait_for(controller.stop.remote(), exit_timeout + STOP_GRACE_S))
+        done = await asyncio.wait_for(
+            _unless(hurry, _ray_call(controller.stop.remote())), exit_timeout
+        )
+        clean = bool(done)
+    except asyncio.TimeoutError:
+        log.error("the models did not stop within %g s (--exit-timeout-secs)", exit_timeout)
     except Exception as e:
         log.error("stopping the models failed: %s", e)
-        clean = False
     if frontends:
         try:
             await asyncio.wait_for(
-                asyncio.gather(*(f.stop.remote(1.0) for f in frontends)), STOP_GRACE_S
+                asyncio.gather(*(_ray_call(f.stop.remote(1.0)) for f in frontends)), 2.0
             )
         except Exception as e:
             log.debug("closing the frontends: %s", e)

@@ -79,6 +79,13 @@ class DeploymentPlan:
         need.update(opts.get("resources", {}))
         return {k: v for k, v in need.items() if v > 0}
 
+    @property
+    def replicas_at_start(self) -> int:
+        """The replicas a version runs once deployed (autoscaling: its minimum)."""
+        if self.autoscaling is not None:
+            return int(self.autoscaling["min_replicas"])
+        return self.num_replicas
+
     def replica_config(self, version: int) -> ModelConfig:
         """The config a replica of ``version`` loads: one instance of this version only."""
         cfg = ModelConfig()
@@ -230,16 +237,57 @@ def _autoscaling(name: str, params: dict[str, str], sticky: bool) -> dict[str, A
     }
 
 
-def infeasible(need: dict[str, float], nodes: list[dict[str, float]]) -> str:
-    """Why no node can ever hold a replica asking ``need`` ("" when one can): the nodes'
-    total resources, not what is free now (that only delays the replica)."""
-    if any(all(node.get(k, 0.0) >= v for k, v in need.items()) for node in nodes):
-        return ""
-    asked = ", ".join(f"{k}: {_amount(v)}" for k, v in sorted(need.items()))
+def infeasible(need: dict[str, float], replicas: int, nodes: list[dict[str, float]]) -> str:
+    """Why ``replicas`` replicas each asking ``need`` can never all run on ``nodes`` (their
+    total resources, not what is free now: that only delays a replica), in one line naming
+    what they ask and what the cluster has; "" when they can."""
     if not nodes:
-        return f"the Ray cluster has no live node for a replica asking {{{asked}}}"
-    return f"no node of the Ray cluster offers {{{asked}}} for one replica"
+        return "the Ray cluster has no live node"
+    asked = render_resources(need)
+    if not any(fits(need, node) for node in nodes):
+        shapes = list(dict.fromkeys(render_resources(need, node) for node in nodes))
+        more = f" and {len(shapes) - MAX_SHAPES} more" if len(shapes) > MAX_SHAPES else ""
+        which = "its node has" if len(nodes) == 1 else "its nodes have"
+        return (
+            f"no node of the Ray cluster offers {asked} for one replica "
+            f"({which} {', '.join(shapes[:MAX_SHAPES])}{more})"
+        )
+    total = {k: sum(node.get(k, 0.0) for node in nodes) for k in need}
+    together = {k: v * replicas for k, v in need.items()}
+    if replicas > 1 and not fits(together, total):
+        return (
+            f"its {replicas} replicas need {render_resources(together)} together, and the "
+            f"Ray cluster has {render_resources(together, total)} in all"
+        )
+    return ""
+
+
+def no_room(need: dict[str, float], free: dict[str, float], total: dict[str, float]) -> str:
+    """Why a replica asking ``need`` waits to be placed ("" when the cluster's free resources
+    would hold it: then it is starting, not waiting)."""
+    if fits(need, free):
+        return ""
+    return (
+        f"each needs {render_resources(need)}, and the Ray cluster has "
+        f"{render_resources(need, free)} free of {render_resources(need, total)}"
+    )
+
+
+# Node shapes named in a message before "and N more".
+MAX_SHAPES = 4
+_EPSILON = 1e-9  # Ray counts resources in units of 1/10000
+
+
+def fits(need: dict[str, float], offer: dict[str, float]) -> bool:
+    return all(offer.get(k, 0.0) + _EPSILON >= v for k, v in need.items())
+
+
+def render_resources(need: dict[str, float], offer: dict[str, float] | None = None) -> str:
+    """``{CPU: 1, GPU: 0.5}``: ``need`` itself, or what ``offer`` has of the same resources."""
+    shown = need if offer is None else {k: offer.get(k, 0.0) for k in need}
+    return "{" + ", ".join(f"{k}: {_amount(v)}" for k, v in sorted(shown.items())) + "}"
 
 
 def _amount(v: float) -> str:
+    v = round(v, 4)
     return str(int(v)) if v == int(v) else repr(v)

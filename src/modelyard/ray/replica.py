@@ -20,6 +20,7 @@ from typing import Any
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelyard import logs
+from modelyard.backends.python.protocol import inbox
 from modelyard.core.api import InferenceServer
 from modelyard.core.host import CoreHost
 from modelyard.core.model_version import ModelVersion
@@ -195,6 +196,7 @@ class ModelReplica:
         # Serve's graceful shutdown: in-flight requests have drained; finalize the model.
         await self.mirror.stop()
         await self.core.stop()
+        inbox.remove_folder()  # (Serve kills the actor next: its atexit handlers never run)
 
 
 def _error(request: InferRequest, error: ModelyardError) -> InferResponse:

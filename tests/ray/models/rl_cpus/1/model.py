@@ -1,0 +1,1 @@
+../../rl_ok/1/model.py
