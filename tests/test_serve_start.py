@@ -295,6 +295,23 @@ def test_help_shows_each_default_once(command: str) -> None:
     assert "(default: None)" not in text and "(default: True)" not in text
 
 
+def test_a_failed_start_up_load_exits_by_default(tmp_path: Path) -> None:
+    # Triton's --exit-on-error is true: a model that fails at start-up ends the server with
+    # code 1 and "error: creating server: Internal - failed to load all models" (Kubernetes
+    # restarts it; Triton's lifecycle QA relies on it). `dev` keeps serving (test_dev.py).
+    repo = broken_repo(tmp_path / "repo")
+    proc = subprocess.run(
+        [sys.executable, "-m", "modelyard", "serve", str(repo), "--http-port=0",
+         "--grpc-port=0", "--metrics-port=0"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "error: creating server: Internal - failed to load all models"
+    )
+    assert "failed to load all models: bad_import, bad_syntax" in messages(proc.stderr)
+
+
 def test_exit_on_error_stops_with_the_endpoints_up(tmp_path: Path) -> None:
     repo = broken_repo(tmp_path / "repo")
     stderr = refused_start(

@@ -302,6 +302,8 @@ async def run_server(
     for frontend in frontends:
         await _close(frontend, 1.0)
     log.info("stopped")
+    if code == 1 and not interrupted:  # Triton's last words when a start-up load failed
+        print("error: creating server: Internal - failed to load all models", file=sys.stderr)
     return code or (0 if clean else 1)
 
 

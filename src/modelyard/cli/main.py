@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
     )
     d.add_argument("repository", metavar="REPOSITORY", help="the model repository to serve")
-    add_serve_flags(d, repository_required=False)
+    add_serve_flags(d, repository_required=False, dev=True)
     c = sub.add_parser(
         "check",
         help="check that every model of a repository would load",
@@ -149,8 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_serve_flags(s: argparse.ArgumentParser, repository_required: bool = True) -> None:
-    """``serve``'s flags (``dev`` takes them too, its repository as an argument)."""
+def add_serve_flags(
+    s: argparse.ArgumentParser, repository_required: bool = True, dev: bool = False
+) -> None:
+    """``serve``'s flags (``dev`` takes them too, its repository as an argument, and keeps
+    serving when a model fails to load)."""
     s.add_argument(
         "--model-repository",
         "--model-store",
@@ -235,7 +238,12 @@ def add_serve_flags(s: argparse.ArgumentParser, repository_required: bool = True
         help="backend setting, e.g. python,default-max-batch-size=8 or "
         "python,shm-enabled=false; repeatable",
     )
-    _flag(s, "--exit-on-error", False, "exit when a model fails to load")
+    _flag(
+        s,
+        "--exit-on-error",
+        not dev,
+        "exit (code 1) when a model fails to load at start-up",
+    )
     s.add_argument(
         "--exit-timeout-secs",
         type=float,

@@ -116,10 +116,13 @@ def start_server(
     expect: tuple[str, ...] = ENDPOINTS,
     wait_for_models: bool = True,
     command: str = "serve",
+    exit_on_error: bool = False,
 ) -> ServerProcess:
     """Run ``python -m modelyard serve`` (or ``dev``: ``command``) on ``repos`` with ``args``,
     every endpoint on port 0 of 127.0.0.1; return once the ``expect`` endpoints listen and,
-    with ``wait_for_models``, the initial model load is over. A server that exits first
+    with ``wait_for_models``, the initial model load is over. A model that fails to load
+    leaves ``serve`` serving the others (``--exit-on-error=false``, so a test can ask it why)
+    unless ``exit_on_error`` or ``args`` say otherwise (``dev`` always keeps serving). A server that exits first
     raises RuntimeError, one that takes longer than ``timeout`` seconds TimeoutError (both
     with its output); either way it is stopped."""
     repositories = [repos] if isinstance(repos, (str, Path)) else list(repos)
@@ -130,6 +133,12 @@ def start_server(
         cmd += ["--model-repository", str(repo)]
     for endpoint in ENDPOINTS:
         cmd += [f"--{endpoint}-port", "0", f"--{endpoint}-address", "127.0.0.1"]
+    if (
+        command == "serve"
+        and not exit_on_error
+        and not any(a.startswith("--exit-on-error") for a in args)
+    ):
+        cmd.append("--exit-on-error=false")
     cmd += args
     proc = subprocess.Popen(
         cmd,
