@@ -6,6 +6,14 @@ import argparse
 import os
 from dataclasses import dataclass, field
 
+from modelyard.bench.llm_args import (
+    OPENAI_PORT,
+    LlmOptions,
+    LlmUsageError,
+    add_llm_arguments,
+    llm_options,
+)
+
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
 
 
@@ -40,6 +48,7 @@ class Options:
     csv_path: str | None = None
     plot_path: str | None = None
     progress: bool = True
+    llm: LlmOptions | None = None  # --endpoint: LLM mode
 
     @property
     def mode(self) -> str:
@@ -240,11 +249,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="plot throughput and latency per step (needs modelyard[plot])",
     )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    add_llm_arguments(p)
 
 
-def _url(value: str | None, protocol: str) -> str:
+def _url(value: str | None, protocol: str, default_port: int | None = None) -> str:
     if value is None:
-        return f"localhost:{DEFAULT_PORTS[protocol]}"
+        return f"localhost:{default_port or DEFAULT_PORTS[protocol]}"
     url = value.removeprefix("http://") if protocol == "http" else value
     host, sep, port = url.rpartition(":")
     if "://" in url or "/" in url or not sep or not host or not port.isdigit():
@@ -281,6 +291,10 @@ def options_from(ns: argparse.Namespace) -> Options:
         raise UsageError(f"--string-length must be >= 0, got {ns.string_length}")
     if ns.workers is not None and ns.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {ns.workers}")
+    try:
+        llm = llm_options(ns)
+    except LlmUsageError as exc:
+        raise UsageError(str(exc)) from None
     if ns.streaming and ns.protocol != "grpc":
         raise UsageError("--streaming needs --protocol grpc (ModelStreamInfer is a gRPC call)")
     rates: list[float] = []
@@ -301,7 +315,7 @@ def options_from(ns: argparse.Namespace) -> Options:
     workers = ns.workers or (cpus if rates else min(cpus, max(concurrency)))
     return Options(
         model=ns.model,
-        url=_url(ns.url, ns.protocol),
+        url=_url(ns.url, ns.protocol, OPENAI_PORT if llm and llm.openai else None),
         protocol=ns.protocol,
         model_version=ns.model_version,
         streaming=ns.streaming,
@@ -325,4 +339,5 @@ def options_from(ns: argparse.Namespace) -> Options:
         csv_path=ns.csv_path,
         plot_path=ns.plot_path,
         progress=ns.progress,
+        llm=llm,
     )

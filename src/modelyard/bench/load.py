@@ -23,8 +23,11 @@ from dataclasses import dataclass, field
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
+from modelyard.bench.llm_sender import LlmSpec, Streamed, TokenSamples, TokenSender
 from modelyard.bench.senders import RequestFailed, Sender, SenderSpec, SequenceSpec, make_sender
 from modelyard.bench.wire import Sequence
+
+AnySender = Sender | TokenSender
 
 ERROR_BACKOFF_S = 0.01  # after a failed request, so a broken server is not hammered
 DELAY_SLACK_NS = 1_000_000  # request-rate mode: a send this late counts as delayed
@@ -62,6 +65,7 @@ class WorkerResult:
     cpu_s: float = 0.0  # this process's CPU time over the measurement
     unanswered: int = 0
     sequences: int = 0  # sequence models: sequences whose last request counted
+    tokens: TokenSamples | None = None  # LLM mode
 
 
 def _cpu_s() -> float:
@@ -71,12 +75,14 @@ def _cpu_s() -> float:
 class _Recorder:
     """Counts one worker's requests for one step."""
 
-    def __init__(self, plan: StepPlan, quota: Synchronized[int], timeout_s: float) -> None:
+    def __init__(
+        self, plan: StepPlan, quota: Synchronized[int], timeout_s: float, llm: bool = False
+    ) -> None:
         self.plan = plan
         self.quota = quota
         self.timeout_s = timeout_s
         self.latencies = array("q")
-        self.result = WorkerResult()
+        self.result = WorkerResult(tokens=TokenSamples() if llm else None)
         self._cpu0: float | None = None
         self.orphaned = False  # the parent is gone: stop sending
 
@@ -100,13 +106,22 @@ class _Recorder:
             self.quota.value -= 1
             return True
 
-    def succeeded(self, start_ns: int, end_ns: int, responses: int, ends_sequence: bool) -> None:
+    def succeeded(
+        self,
+        start_ns: int,
+        end_ns: int,
+        responses: int,
+        ends_sequence: bool,
+        streamed: Streamed | None = None,
+    ) -> None:
         if self._counts(end_ns):
             self.latencies.append(end_ns - start_ns)
             self.result.requests += 1
             self.result.responses += responses
             self.result.sequences += ends_sequence
             self.result.last_end_ns = max(self.result.last_end_ns, end_ns)
+            if streamed is not None and self.result.tokens is not None:
+                self.result.tokens.add(start_ns, streamed)
 
     def failed(self, end_ns: int, message: str) -> None:
         if self._counts(end_ns):
@@ -146,20 +161,23 @@ async def _sleep_until(t_ns: int) -> None:
 
 
 async def _send(
-    sender: Sender, rec: _Recorder, index: int, sequence: Sequence | None = None
+    sender: AnySender, rec: _Recorder, index: int, sequence: Sequence | None = None
 ) -> bool:
     start = time.monotonic_ns()
     try:
-        responses, end = await sender.send(index, sequence)
+        answer = await sender.send(index, sequence)
     except RequestFailed as exc:
         rec.failed(time.monotonic_ns(), str(exc))
         return False
-    rec.succeeded(start, end, responses, sequence is not None and sequence[2])
+    if isinstance(answer, Streamed):
+        rec.succeeded(start, answer.end_ns, answer.responses, False, answer)
+    else:
+        rec.succeeded(start, answer[1], answer[0], sequence is not None and sequence[2])
     return True
 
 
 async def _closed_loop(
-    sender: Sender, rec: _Recorder, indices: tuple[int, ...], first: int
+    sender: AnySender, rec: _Recorder, indices: tuple[int, ...], first: int
 ) -> None:
     plan = rec.plan
     counter = iter(range(first, 1 << 62))
@@ -189,7 +207,7 @@ def sequence_length(seq: SequenceSpec, stream_length: int, rng: random.Random) -
 
 
 async def _sequence_loop(
-    sender: Sender, rec: _Recorder, spec: SenderSpec, seq: SequenceSpec
+    sender: AnySender, rec: _Recorder, spec: SenderSpec, seq: SequenceSpec
 ) -> None:
     """Each lane sends whole sequences, one request at a time. A lane told to stop sends its
     next request as its sequence's last, so the server holds no sequence open."""
@@ -217,7 +235,9 @@ async def _sequence_loop(
     await _drain([asyncio.ensure_future(lane(g)) for g in lanes], rec)
 
 
-async def _open_loop(sender: Sender, rec: _Recorder, indices: tuple[int, ...], first: int) -> None:
+async def _open_loop(
+    sender: AnySender, rec: _Recorder, indices: tuple[int, ...], first: int
+) -> None:
     plan = rec.plan
     rng = random.Random(plan.seed)
     gap_ns = 1e9 / plan.rate
@@ -252,9 +272,9 @@ async def _drain(tasks: list[asyncio.Future[Any]], rec: _Recorder) -> None:
 
 
 async def run_step(
-    sender: Sender, spec: SenderSpec, plan: StepPlan, worker: int, quota: Any, progress: Any
+    sender: AnySender, spec: SenderSpec, plan: StepPlan, worker: int, quota: Any, progress: Any
 ) -> WorkerResult:
-    rec = _Recorder(plan, quota, spec.timeout_s)
+    rec = _Recorder(plan, quota, spec.timeout_s, isinstance(spec, LlmSpec))
     progress[worker] = 0
     watcher = asyncio.ensure_future(rec.watch(progress, worker))
     first = worker * 7919  # workers start at different payloads, so all of them get sent
@@ -293,7 +313,9 @@ def worker_main(
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
 
-    async def build() -> Sender:
+    async def build() -> AnySender:
+        if isinstance(spec, LlmSpec):
+            return TokenSender(spec, connections)
         return make_sender(spec, connections)
 
     try:

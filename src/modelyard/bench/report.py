@@ -50,6 +50,12 @@ def print_table(records: list[dict[str, Any]], console: Console) -> None:
         row.append(f"{r['errors'] + r['warmup_errors'] + r['unanswered']}" + (" !" if bad else ""))
         table.add_row(*row, style="red" if bad else None)
     console.print(table)
+    print_errors(records, console)
+
+
+def print_errors(records: list[dict[str, Any]], console: Console) -> None:
+    """Each step's error messages, or why it measured nothing."""
+    rate_mode = records[0]["mode"] == "request_rate"
     for r in records:
         step = f"rate {r['request_rate']:g}/s" if rate_mode else f"concurrency {r['concurrency']}"
         for sample in r["error_samples"]:

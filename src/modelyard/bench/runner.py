@@ -21,7 +21,14 @@ from modelyard.bench.inputs import build_streams
 from modelyard.bench.load import StepPlan, WorkerResult
 from modelyard.bench.model import ModelInfo, SetupError, fetch_model
 from modelyard.bench.pool import WorkerPool
-from modelyard.bench.report import check_plot, print_table, write_csv, write_json, write_plot
+from modelyard.bench.report import (
+    check_plot,
+    print_errors,
+    print_table,
+    write_csv,
+    write_json,
+    write_plot,
+)
 from modelyard.bench.senders import SenderSpec, SequenceSpec
 from modelyard.bench.stats import failed, step_record
 from modelyard.bench.wire import grpc_request, http_request
@@ -36,10 +43,15 @@ def run(ns: argparse.Namespace) -> int:
         _check_outputs(opts)
         if opts.plot_path:
             check_plot()
-        model = fetch_model(
-            opts.protocol, opts.url, opts.model, opts.model_version, opts.request_timeout_s
-        )
-        spec = sender_spec(opts, model)
+        if opts.llm is not None:
+            from modelyard.bench.llm_setup import llm_spec
+
+            spec: SenderSpec = llm_spec(opts)
+        else:
+            model = fetch_model(
+                opts.protocol, opts.url, opts.model, opts.model_version, opts.request_timeout_s
+            )
+            spec = sender_spec(opts, model)
         records = sweep(opts, spec, Console(stderr=True))
     except (UsageError, SetupError) as exc:
         print(f"modelyard bench: error: {exc}", file=sys.stderr)
@@ -50,14 +62,20 @@ def run(ns: argparse.Namespace) -> int:
     out = Console()
     if not out.is_terminal:
         out = Console(width=120)
-    print_table(records, out)
+    if opts.llm is not None:
+        from modelyard.bench.llm_report import print_llm_table, write_llm_plot
+
+        print_llm_table(records, out)
+        print_errors(records, out)
+    else:
+        print_table(records, out)
     try:
         if opts.json_path:
             write_json(records, opts.json_path)
         if opts.csv_path:
             write_csv(records, opts.csv_path)
         if opts.plot_path:
-            write_plot(records, opts.plot_path)
+            (write_llm_plot if opts.llm is not None else write_plot)(records, opts.plot_path)
     except OSError as exc:
         print(
             f"modelyard bench: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr
@@ -176,6 +194,8 @@ def sweep(opts: Options, spec: SenderSpec, console: Console) -> list[dict[str, A
         "mode": opts.mode,
         "batch_size": opts.batch_size,
     }
+    if opts.llm is not None:
+        base["endpoint"] = opts.llm.endpoint
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -188,16 +208,19 @@ def sweep(opts: Options, spec: SenderSpec, console: Console) -> list[dict[str, A
     with WorkerPool(spec, opts.workers, connections) as pool, progress:
         for step, value in enumerate(opts.steps):
             results, window_s = _run_step(opts, pool, progress, step, value)
-            records.append(
-                step_record(
-                    {**base, "concurrency": None if rate_mode else int(value)},
-                    results,
-                    window_s,
-                    opts.batch_size,
-                    float(value) if rate_mode else None,
-                    spec.sequence is not None,
-                )
+            record = step_record(
+                {**base, "concurrency": None if rate_mode else int(value)},
+                results,
+                window_s,
+                opts.batch_size,
+                float(value) if rate_mode else None,
+                spec.sequence is not None,
             )
+            if opts.llm is not None:
+                from modelyard.bench.llm_report import llm_fields
+
+                record.update(llm_fields(results, window_s))
+            records.append(record)
     return records
 
 
