@@ -5,9 +5,10 @@ Triton 2.51 knows three ``--metrics-config`` settings (core's ``MetricReporterCo
 ``counter_latencies`` (``false`` drops the per-model latency counters), ``summary_latencies``
 (``true`` adds the ``nv_*_summary_us`` summaries) and ``summary_quantiles``
 (``<quantile>:<error>,...``). It takes any other name without a word; so does modelyard, with
-a warning, since command lines written for a later Triton carry names 2.51 never had
-(``histogram_latencies``). A value these three cannot mean is refused here, where Triton
-would ignore it (a summary that silently stays off helps nobody).
+a warning. One later name is taken: ``histogram_latencies`` (Triton 24.11 on; ``true`` adds
+26.01's ``nv_inference_first_response_histogram_ms``, serving/first_response.py). A value
+these cannot mean is refused here, where Triton would ignore it (a summary that silently
+stays off helps nobody).
 """
 
 from __future__ import annotations
@@ -27,9 +28,7 @@ DEFAULT_QUANTILES: tuple[tuple[float, float], ...] = (
 SUMMARY_MAX_AGE_S = 60.0
 SUMMARY_AGE_BUCKETS = 5
 
-_KNOWN_LATER = {
-    "histogram_latencies": "Triton 2.51 has no latency histograms (a later Triton's setting)",
-}
+_KNOWN_LATER: dict[str, str] = {}
 
 
 class MetricsConfigError(ValueError):
@@ -47,11 +46,17 @@ class MetricsSettings:
     counter_latencies: bool = True  # --metrics-config counter_latencies=
     summary_latencies: bool = False  # --metrics-config summary_latencies=
     quantiles: tuple[tuple[float, float], ...] = DEFAULT_QUANTILES  # summary_quantiles=
+    histogram_latencies: bool = False  # --metrics-config histogram_latencies= (Triton 24.11+)
 
     @property
     def summaries(self) -> bool:
         """Whether per-model latency summaries are kept (they cost each request a little)."""
         return self.enabled and self.summary_latencies
+
+    @property
+    def histograms(self) -> bool:
+        """Whether each version keeps its time-to-first-response histogram."""
+        return self.enabled and self.histogram_latencies
 
 
 def split_setting(arg: str) -> tuple[str, str]:
@@ -75,6 +80,8 @@ def apply_settings(
             settings = replace(settings, counter_latencies=_bool(name, value))
         elif name == "summary_latencies":
             settings = replace(settings, summary_latencies=_bool(name, value))
+        elif name == "histogram_latencies":
+            settings = replace(settings, histogram_latencies=_bool(name, value))
         elif name == "summary_quantiles":
             settings = replace(settings, quantiles=parse_quantiles(value))
         else:
