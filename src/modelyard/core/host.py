@@ -66,6 +66,8 @@ class CoreHost:
             t1 = time.monotonic_ns()
             if not box:  # answered through a response sender via the loop (rare)
                 return None if ctx.done else box
+            if mv.stats.first_responses:  # (the context has no statistics on this path)
+                mv.stats.record_first_response(t0, t1)
             if box[0].error is None:
                 mv.stats.record_success(t0, t0, t0, t1, 1)
                 mv.stats.record_execution(1, t1 - t0)

@@ -27,6 +27,7 @@ from modelyard.core.registry import ModelRegistry
 from modelyard.core.response_cache import ResponseCache
 from modelyard.core.response_cache import attach as attach_cache
 from modelyard.errors import InvalidArgument, ModelyardError, Unavailable, VersionLoadError
+from modelyard.serving.first_response import histogram_for
 from modelyard.serving.summaries import LatencySummaries
 
 if TYPE_CHECKING:
@@ -118,6 +119,10 @@ class ModelControl:
             attach_cache(mv, self.response_cache)
             if self.options.metrics.summaries:
                 mv.stats.summaries = LatencySummaries(cached=mv.stats.cache_enabled)
+            histograms = self.options.metrics.histograms
+            mv.stats.track_first_responses(
+                histogram_for(mv.config) if histograms else None, live=mv.decoupled
+            )
         entry.versions = {mv.version: mv for mv in versions}
         entry.state, entry.reason = "READY", ""
         took = time.monotonic() - started

@@ -103,6 +103,7 @@ class RequestContext:
     # An error response from the model (InferenceResponse(error=...)) was sent: the request
     # counts as failed (reason BACKEND), not as a success as in Triton 2.51.
     failed: bool = False
+    responded: bool = False  # a response has been sent (the first one is timed)
 
     def send(self, response: InferResponse) -> None:
         if self.done:
@@ -111,12 +112,18 @@ class RequestContext:
             self.trace.on_response(self, response)
         if response.model_error:
             self.failed = True
+        t1 = 0
+        if not self.responded and not response.flag_only:  # Triton: no response, no time
+            self.responded = True
+            if self.stats is not None and self.stats.first_responses:
+                t1 = time.monotonic_ns()
+                self.stats.record_first_response(self.t_received, t1)
         if response.final:
             self.done = True
             if self.caller:
                 release(self)
             if self.stats is not None:
-                t1 = time.monotonic_ns()
+                t1 = t1 or time.monotonic_ns()
                 if response.error is None and not self.failed:
                     self.stats.record_success(
                         self.t_received, self.t_queued, self.t_start, t1, self.batch_size

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 from collections.abc import Sequence
 from typing import Any
+
+log = logging.getLogger("modelyard")
 
 FAMILY = "nv_inference_first_response_histogram_ms"
 HELP = "Duration from request to first response in milliseconds"
@@ -58,6 +61,16 @@ class FirstResponseHistogram:
         return out
 
 
+def histogram_for(cfg: Any) -> FirstResponseHistogram:
+    """The model's histogram; buckets prometheus-cpp would refuse are logged as an error and
+    the defaults used (the model serves all the same)."""
+    try:
+        return FirstResponseHistogram(buckets_from_config(cfg))
+    except BucketsError as e:
+        log.error("model '%s': %s; using %s", cfg.name, e, list(DEFAULT_BUCKETS_MS))
+        return FirstResponseHistogram()
+
+
 def buckets_from_config(cfg: Any) -> tuple[float, ...]:
     """The model config's buckets for the family (the last ``metric_control`` naming it wins,
     as Triton's parser overwrites), else the defaults."""
@@ -75,4 +88,5 @@ __all__ = [
     "BucketsError",
     "FirstResponseHistogram",
     "buckets_from_config",
+    "histogram_for",
 ]

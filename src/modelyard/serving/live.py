@@ -53,7 +53,7 @@ _BUCKETS = bytes(range(1 << (_SUB + 1))) + b"".join(
 class _Second:
     """What one second saw."""
 
-    __slots__ = ("batches", "errors", "hist", "queue_n", "queue_ns", "refused", "sec")
+    __slots__ = ("batches", "errors", "first", "hist", "queue_n", "queue_ns", "refused", "sec")
 
     def __init__(self, sec: int) -> None:
         self.sec = sec
@@ -63,18 +63,21 @@ class _Second:
         self.queue_n = 0
         self.hist: dict[int, int] = {}  # latency bucket -> successful requests
         self.batches: dict[int, int] = {}  # execution batch size -> executions
+        self.first: dict[int, int] = {}  # time-to-first-response bucket -> requests
 
 
 class LiveWindow:
     """The last ``WINDOW_S`` seconds of one model version, second by second (monotonic
     clock, the one the statistics use)."""
 
-    __slots__ = ("_cur", "_seconds", "refused_total")
+    __slots__ = ("_cur", "_seconds", "first_responses", "refused_total")
 
     def __init__(self) -> None:
         self._seconds: collections.deque[_Second] = collections.deque(maxlen=WINDOW_S)
         self._cur = _Second(-1)
         self.refused_total = 0  # since the version loaded
+        # Decoupled versions: time to first response too (ModelStats.track_first_responses).
+        self.first_responses = False
 
     def _second(self, now_ns: int) -> _Second:
         sec = now_ns // _NS
@@ -96,6 +99,12 @@ class LiveWindow:
         if t_start and t_queued:
             s.queue_ns += t_start - t_queued
             s.queue_n += 1
+
+    def first_response(self, t_received: int, t_first: int) -> None:
+        us = (t_first - t_received) // 1000
+        first = self._second(t_first).first
+        b = _BUCKETS[us] if us < _TABLE_US else latency_bucket(us)
+        first[b] = first.get(b, 0) + 1
 
     def failure(self, t_end: int) -> None:
         self._second(t_end).errors += 1
@@ -126,6 +135,7 @@ class LiveWindow:
                 seen.setdefault(s.sec, []).append(s)
         series: dict[str, list[float]] = {"requests": [], "errors": [], "p99_us": []}
         hist: dict[int, int] = {}
+        first: dict[int, int] = {}
         batches: dict[int, int] = {}
         errors = refused = queue_n = queue_ns = 0
         for t in range(sec - WINDOW_S + 1, sec + 1):
@@ -137,6 +147,7 @@ class LiveWindow:
                 refs += s.refused
                 if t > sec - SUMMARY_S:
                     _add(batches, dict(s.batches))
+                    _add(first, dict(s.first))
                     queue_n += s.queue_n
                     queue_ns += s.queue_ns
             n = sum(h.values())
@@ -148,6 +159,7 @@ class LiveWindow:
                 errors += errs
                 refused += refs
         requests = sum(hist.values())
+        firsts = sum(first.values())
         # The summary's span so far: SUMMARY_S - 1 whole seconds and what passed of this one.
         span_s = SUMMARY_S - 1 + (now % _NS) / _NS
         return {
@@ -160,6 +172,14 @@ class LiveWindow:
             "p99_us": _percentile(hist, requests, 0.99),
             "queue_us": queue_ns / queue_n / 1000 if queue_n else 0.0,
             "batches": {str(k): v for k, v in sorted(batches.items())},
+            # decoupled versions: from the request to its first response (None for others)
+            "first_response": {
+                "requests": firsts,
+                "p50_us": _percentile(first, firsts, 0.50),
+                "p99_us": _percentile(first, firsts, 0.99),
+            }
+            if self.first_responses
+            else None,
             "series": {"window_s": WINDOW_S, **series},
         }
 

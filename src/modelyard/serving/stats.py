@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from modelyard.serving.first_response import FirstResponseHistogram
 from modelyard.serving.live import LiveWindow
 from modelyard.serving.summaries import LatencySummaries
 
@@ -56,6 +57,22 @@ class ModelStats:
     # The metrics' latency summaries (--metrics-config summary_latencies=true), else None.
     summaries: LatencySummaries | None = None
     cache_enabled: bool = False  # the model's responses are cached (its metrics differ)
+    # Time to first response: the metrics' histogram (--metrics-config histogram_latencies=true)
+    # and the live window's (decoupled models, for the dashboard). RequestContext.send records
+    # it when ``first_responses`` is on, so other versions pay one check per request.
+    first_response: FirstResponseHistogram | None = None
+    first_responses: bool = False
+
+    def track_first_responses(self, histogram: FirstResponseHistogram | None, live: bool) -> None:
+        self.first_response = histogram
+        self.live.first_responses = live
+        self.first_responses = histogram is not None or live
+
+    def record_first_response(self, t_received: int, t_first: int) -> None:
+        if self.first_response is not None:
+            self.first_response.observe_ns(t_first - t_received)
+        if self.live.first_responses:
+            self.live.first_response(t_received, t_first)
 
     def record_success(
         self, t_received: int, t_queued: int, t_start: int, t_end: int, batch: int
