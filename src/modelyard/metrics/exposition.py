@@ -1,26 +1,42 @@
 """The server's own metrics in Triton 2.51's exposition (prometheus-cpp's text format).
 
-Per model and version: the ``nv_inference_*`` counters (failures split by Triton's
-``reason`` label) and the pending-request gauge; then the server-wide gauges a CPU-only
-Triton exports (pinned memory pool, CPU utilization and memory). Names, help texts, label
-order and number formatting (``3``, not ``3.0``) are Triton's.
+prometheus-cpp writes a registry's families by type, counters, then gauges, then summaries,
+each in the order Triton registers them, and leaves out a family with no series. So:
+
+- counters per model version: ``nv_inference_request_success``, ``_failure`` (per Triton
+  ``reason``), ``nv_inference_count``, ``nv_inference_exec_count``; the latency counters
+  unless ``--metrics-config counter_latencies=false``; the per-model cache counters for a
+  model whose responses are cached;
+- gauges: ``nv_inference_pending_request_count`` per version, the pinned-memory pool (none
+  here: 0), the CPU gauges with ``--allow-cpu-metrics`` (host_gauges.py);
+- summaries with ``--metrics-config summary_latencies=true``: ``count``, ``sum``, then one
+  series per quantile (its label last), ``Nan`` while the window is empty.
+
+Names, help texts, label order and numbers (``3``, not ``3.0``; 16 significant digits) are
+Triton's. One difference: with ``counter_latencies=false`` Triton 2.51 also stops counting
+successes, failures and inferences (its reporter returns before any counter); they count here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import math
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from modelyard.metrics.custom import labels_text, number
+from modelyard.metrics.custom import labels_text
+from modelyard.metrics.host_gauges import CpuSampler
+from modelyard.serving.metrics_settings import MetricsSettings
 from modelyard.serving.stats import FAILURE_REASONS, ModelStats
+from modelyard.serving.summaries import LatencySummaries, Summary
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
 
 _CACHED = "(includes cached requests)"
 _NOT_CACHED = "(does not include cached requests)"
+Counter = tuple[str, str, Callable[[ModelStats], int]]
 # (name, help, value from a version's statistics); failures are written per reason.
-_COUNTERS: list[tuple[str, str, Callable[[ModelStats], int]]] = [
+_ALWAYS: list[Counter] = [
     (
         "nv_inference_request_success",
         "Number of successful inference requests, all batch sizes",
@@ -41,6 +57,8 @@ _COUNTERS: list[tuple[str, str, Callable[[ModelStats], int]]] = [
         f"Number of model executions performed {_NOT_CACHED}",
         lambda s: s.execution_count,
     ),
+]
+_LATENCY: list[Counter] = [
     (
         "nv_inference_request_duration_us",
         f"Cumulative inference request duration in microseconds {_CACHED}",
@@ -67,87 +85,158 @@ _COUNTERS: list[tuple[str, str, Callable[[ModelStats], int]]] = [
         lambda s: s.compute_output.ns // 1000,
     ),
 ]
+# Only for models whose responses are cached (Triton creates them with the cache).
+_CACHE: list[Counter] = [
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", lambda s: s.cache_hit.count),
+    (
+        "nv_cache_hit_duration_per_model",
+        "Total cache hit duration per model, in microseconds",
+        lambda s: s.cache_hit.ns // 1000,
+    ),
+    (
+        "nv_cache_num_misses_per_model",
+        "Number of cache misses per model",
+        lambda s: s.cache_miss.count,
+    ),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+        lambda s: s.cache_miss.ns // 1000,
+    ),
+]
+# (name, help, the version's summary); help texts as Triton 2.51 registers them.
+_SUMMARIES: list[tuple[str, str, Callable[[LatencySummaries], Summary | None]]] = [
+    (
+        "nv_inference_request_summary_us",
+        f"Summary of inference request duration in microseconds {_CACHED}",
+        lambda s: s.request,
+    ),
+    (
+        "nv_inference_queue_summary_us",
+        f"Summary of inference queuing duration in microseconds {_CACHED}",
+        lambda s: s.queue,
+    ),
+    (
+        "nv_inference_compute_input_summary_us",
+        f"Cumulative compute input duration in microseconds {_NOT_CACHED}",
+        lambda s: s.compute_input,
+    ),
+    (
+        "nv_inference_compute_infer_summary_us",
+        f"Cumulative compute inference duration in microseconds {_NOT_CACHED}",
+        lambda s: s.compute_infer,
+    ),
+    (
+        "nv_inference_compute_output_summary_us",
+        f"Cumulative inference compute output duration in microseconds {_NOT_CACHED}",
+        lambda s: s.compute_output,
+    ),
+    (
+        "nv_cache_hit_summary_per_model",
+        "Summary of cache hit counts/durations per model, in microseconds.",
+        lambda s: s.cache_hit,
+    ),
+    (
+        "nv_cache_miss_summary_per_model",
+        "Summary of cache miss counts/durations per model, in microseconds.",
+        lambda s: s.cache_miss,
+    ),
+]
 
 
-class CpuSampler:
-    """CPU utilization between two scrapes (Triton samples it periodically), from /proc/stat."""
-
-    def __init__(self) -> None:
-        self._last: tuple[int, int] | None = None
-
-    def utilization(self) -> float:
-        now = _cpu_times()
-        last, self._last = self._last, now
-        if now is None or last is None or now[0] <= last[0]:
-            return 0.0
-        return max(0.0, min(1.0, (now[1] - last[1]) / (now[0] - last[0])))
-
-
-def _cpu_times() -> tuple[int, int] | None:
-    """(total, busy) jiffies of all CPUs."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return sum(fields), sum(fields) - idle
-
-
-def _memory() -> tuple[int, int]:
-    """(total, used) bytes of RAM."""
-    info: dict[str, int] = {}
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                info[key] = int(rest.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
-        return 0, 0
-    total = info.get("MemTotal", 0)
-    return total, total - info.get("MemAvailable", total)
-
-
-def render_core(core: InferenceServer, cpu: CpuSampler) -> bytes:
+def render_core(core: InferenceServer, cpu: CpuSampler | None) -> bytes:
     versions = [mv for e in list(core.registry.entries.values()) for mv in e.versions.values()]
-    return render_stats([(mv.stats, mv.scheduler.pending) for mv in versions], cpu)
+    rows = [(mv.stats, mv.scheduler.pending) for mv in versions]
+    return render_stats(rows, cpu, core.options.metrics)
 
 
-def render_stats(versions: list[tuple[ModelStats, int]], cpu: CpuSampler) -> bytes:
+def render_stats(
+    versions: list[tuple[ModelStats, int]],
+    cpu: CpuSampler | None,
+    settings: MetricsSettings | None = None,
+) -> bytes:
     """The server's metrics from each version's statistics and pending-request count."""
+    settings = settings or MetricsSettings()
+    stats = [s for s, _ in versions]
     out: list[str] = []
-    for name, doc, get in _COUNTERS:
-        out += [f"# HELP {name} {doc}", f"# TYPE {name} counter"]
-        for stats, _ in versions:
-            model, version = ("model", stats.name), ("version", stats.version)
-            if name == "nv_inference_request_failure":
-                for reason in FAILURE_REASONS:
-                    n = stats.fail_reasons.get(reason, 0)
-                    out.append(f"{name}{labels_text([model, ('reason', reason), version])} {n}")
-            else:
-                out.append(f"{name}{labels_text([model, version])} {get(stats)}")
+    counters = [*_ALWAYS, *_LATENCY] if settings.counter_latencies else list(_ALWAYS)
+    for name, doc, get in counters:
+        _family(out, name, doc, "counter", _counter_lines(name, get, stats))
+    if settings.counter_latencies:
+        cached = [s for s in stats if s.cache_enabled]
+        for name, doc, get in _CACHE:
+            lines = [f"{name}{_labels(s)} {get(s)}" for s in cached]
+            _family(out, name, doc, "counter", lines)
     name = "nv_inference_pending_request_count"
-    out += [
-        f"# HELP {name} Instantaneous number of pending requests awaiting execution per-model.",
-        f"# TYPE {name} gauge",
-    ]
-    for stats, pending in versions:
-        labels = labels_text([("model", stats.name), ("version", stats.version)])
-        out.append(f"{name}{labels} {pending}")
-    total, used = _memory()
-    for name, doc, value in _server_gauges(cpu.utilization(), total, used):
-        out += [f"# HELP {name} {doc}", f"# TYPE {name} gauge", f"{name} {number(value)}"]
-    return ("\n".join(out) + "\n").encode()
-
-
-def _server_gauges(cpu: float, total: int, used: int) -> list[tuple[str, str, Any]]:
-    return [
+    pending = [f"{name}{_labels(s)} {n}" for s, n in versions]
+    doc = "Instantaneous number of pending requests awaiting execution per-model."
+    _family(out, name, doc, "gauge", pending)
+    gauges: list[tuple[str, str, float]] = [
         ("nv_pinned_memory_pool_total_bytes", "Pinned memory pool total memory size, in bytes", 0),
         ("nv_pinned_memory_pool_used_bytes", "Pinned memory pool used memory size, in bytes", 0),
-        ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", cpu),
-        ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", total),
-        ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", used),
+    ]
+    if cpu is not None and settings.cpu:
+        utilization, total, used = cpu.current()
+        gauges += [
+            ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", utilization),
+            ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", total),
+            ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", used),
+        ]
+    for name, doc, value in gauges:
+        _family(out, name, doc, "gauge", [f"{name} {prom_number(value)}"])
+    if settings.summary_latencies:
+        qs = [q for q, _ in settings.quantiles]
+        for name, doc, pick in _SUMMARIES:
+            series = [(s, summary) for s in stats if s.summaries and (summary := pick(s.summaries))]
+            _family(out, name, doc, "summary", _summary_lines(name, series, qs))
+    return ("\n".join(out) + "\n").encode() if out else b""
+
+
+def _labels(stats: ModelStats, *extra: tuple[str, str]) -> str:
+    return labels_text([("model", stats.name), ("version", stats.version), *extra])
+
+
+def _counter_lines(
+    name: str, get: Callable[[ModelStats], int], stats: Iterable[ModelStats]
+) -> list[str]:
+    if name != "nv_inference_request_failure":
+        return [f"{name}{_labels(s)} {get(s)}" for s in stats]
+    return [
+        f"{name}{labels_text([('model', s.name), ('reason', r), ('version', s.version)])} "
+        f"{s.fail_reasons.get(r, 0)}"
+        for s in stats
+        for r in FAILURE_REASONS
     ]
 
 
-__all__ = ["CpuSampler", "render_core", "render_stats"]
+def _summary_lines(
+    name: str, series: list[tuple[ModelStats, Summary]], qs: list[float]
+) -> list[str]:
+    lines: list[str] = []
+    for stats, summary in series:
+        count, total = summary.count, summary.sum  # (read before the quantiles: never fewer)
+        labels = _labels(stats)
+        lines.append(f"{name}_count{labels} {count}")
+        lines.append(f"{name}_sum{labels} {prom_number(total)}")
+        for q, value in zip(qs, summary.quantiles(qs), strict=True):
+            # prometheus-cpp adds the quantile after the sorted labels
+            quantile = labels[:-1] + f',quantile="{prom_number(q)}"}}'
+            lines.append(f"{name}{quantile} {prom_number(value)}")
+    return lines
+
+
+def _family(out: list[str], name: str, doc: str, kind: str, lines: list[str]) -> None:
+    if lines:  # prometheus-cpp writes no family without series
+        out += [f"# HELP {name} {doc}", f"# TYPE {name} {kind}", *lines]
+
+
+def prom_number(v: float) -> str:
+    """A value as prometheus-cpp writes it: 16 significant digits, ``Nan``, ``+Inf``."""
+    if math.isnan(v):
+        return "Nan"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return f"{v:.16g}"
+
+
+__all__ = ["CpuSampler", "prom_number", "render_core", "render_stats"]

@@ -1,14 +1,17 @@
 """Prometheus metrics on their own port, with Triton's metric names, labels and text format
-(see exposition.py for the server's metrics, custom.py for the models' own)."""
+(see exposition.py for the server's metrics, custom.py for the models' own). With
+``--allow-cpu-metrics`` the CPU gauges are polled on a timer, as Triton polls them."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
 from modelyard.frontends.http.asgiserver import AsgiServer, serve_asgi
 from modelyard.metrics import custom
-from modelyard.metrics.exposition import CpuSampler, render_core
+from modelyard.metrics.exposition import render_core
+from modelyard.metrics.host_gauges import CpuSampler
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
@@ -17,11 +20,14 @@ log = logging.getLogger("modelyard")
 
 
 class MetricsServer:
-    def __init__(self, server: AsgiServer):
+    def __init__(self, server: AsgiServer, poller: asyncio.Task[None] | None = None):
         self._server = server
+        self._poller = poller
         self.port = server.port
 
     async def close(self, grace: float = 0.0) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
         await self._server.close(grace)
 
 
@@ -34,8 +40,15 @@ async def _reply(send: Any, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+async def scrape(core: InferenceServer, cpu: CpuSampler | None) -> bytes:
+    """The endpoint's text: the server's metrics, then the models' own (pb_utils.MetricFamily,
+    pulled from their workers)."""
+    return render_core(core, cpu) + custom.render(await custom.gather(core))
+
+
 async def start_metrics_server(core: InferenceServer, host: str, port: int) -> MetricsServer:
-    cpu = CpuSampler()
+    settings = core.options.metrics
+    cpu = CpuSampler() if settings.cpu else None
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -45,10 +58,12 @@ async def start_metrics_server(core: InferenceServer, host: str, port: int) -> M
         elif scope["method"] not in ("GET", "HEAD"):
             await _reply(send, 405, b"405: Method Not Allowed")
         else:
-            # Models' own metrics (pb_utils.MetricFamily) are pulled from their workers.
-            models = custom.render(await custom.gather(core))
-            await _reply(send, 200, render_core(core, cpu) + models)
+            await _reply(send, 200, await scrape(core, cpu))
 
     server = await serve_asgi(app, host, port)
     log.info("Started Metrics Service at %s:%d", host, server.port)
-    return MetricsServer(server)
+    poller = None
+    if cpu is not None:
+        log.info("Collecting CPU metrics")
+        poller = asyncio.ensure_future(cpu.run(settings.interval_ms))
+    return MetricsServer(server, poller)

@@ -22,13 +22,16 @@ from pathlib import Path
 from modelyard.server import INITIAL_LOAD_DONE
 
 _STARTED = re.compile(
-    r"Started (HTTPService|GRPCInferenceService|Metrics Service|OpenAIService) at ([\d.]+):(\d+)"
+    r"Started (HTTPService|GRPCInferenceService|Metrics Service|OpenAIService"
+    r"|Sagemaker HTTPService|Vertex AI HTTPService) at ([\d.]+):(\d+)"
 )
 _KEYS = {
     "HTTPService": "http",
     "GRPCInferenceService": "grpc",
     "Metrics Service": "metrics",
     "OpenAIService": "openai",  # only with --openai-port
+    "Sagemaker HTTPService": "sagemaker",  # only with --allow-sagemaker
+    "Vertex AI HTTPService": "vertex",  # only with --allow-vertex-ai
 }
 ENDPOINTS = ("http", "grpc", "metrics")
 
@@ -54,6 +57,16 @@ class ServerProcess:
     @property
     def metrics_url(self) -> str:
         return f"127.0.0.1:{self.ports['metrics']}"
+
+    @property
+    def sagemaker_url(self) -> str:
+        """SageMaker's endpoint (``--allow-sagemaker``), host:port."""
+        return f"127.0.0.1:{self.ports['sagemaker']}"
+
+    @property
+    def vertex_url(self) -> str:
+        """Vertex AI's endpoint (``--allow-vertex-ai``), host:port."""
+        return f"127.0.0.1:{self.ports['vertex']}"
 
     @property
     def openai_url(self) -> str:

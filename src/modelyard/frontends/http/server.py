@@ -353,6 +353,12 @@ class _Router:
         return await handlers.unload_model(self.core, request, model)
 
 
+def kserve_app(core: InferenceServer, limits: HttpLimits | None = None) -> _Router:
+    """The KServe routes as a bare ASGI application (no restricted APIs, no forwarded
+    headers, no dashboard): what the SageMaker and Vertex AI endpoints hand requests to."""
+    return _Router(core, limits)
+
+
 def _error(e: Exception, method: str, path: str) -> Response:
     if isinstance(e, UnsupportedCompression):
         return error_response(e, _ACCEPT_ENCODING)
