@@ -18,9 +18,11 @@ from modelyard.config.backend_settings import parse_backend_config
 from modelyard.core.api import InferenceServer
 from modelyard.core.options import ServerOptions
 from modelyard.fdlimit import raise_fd_limit
+from modelyard.frontends.cloud.options import check_cloud_flags, cloud_options
 from modelyard.frontends.openai.options import openai_options
 from modelyard.frontends.options import FrontendOptions, frontend_options
 from modelyard.heap import retain_freed_memory
+from modelyard.metrics.options import metrics_settings, resolve_metrics_address
 from modelyard.tracing.config import TraceConfig, TraceConfigError, parse_trace_flags
 
 log = logging.getLogger("modelyard")
@@ -40,6 +42,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         allow_client_shm=args.allow_client_shm,
         cache_bytes=_cache_bytes(args.cache_config),
         trace=_trace_config(args.trace_flags),
+        metrics=metrics_settings(args),
         load=LoadOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             backend_settings=parse_backend_config(args.backend_config),
@@ -139,6 +142,19 @@ async def start_frontends(
 
             start = start_openai_server(core, openai, fe.http_limits)
             frontends.append(await _bind("OpenAI service", openai.address, openai.port, start))
+        cloud = cloud_options(args)  # (checked in serve())
+        if cloud.sagemaker is not None:
+            from modelyard.frontends.cloud.sagemaker import start_sagemaker_server
+
+            sm = cloud.sagemaker
+            starting = start_sagemaker_server(core, sm, fe.http_limits)
+            frontends.append(await _bind("SageMaker service", sm.address, sm.port, starting))
+        if cloud.vertex is not None:
+            from modelyard.frontends.cloud.vertex import start_vertex_server
+
+            vx = cloud.vertex
+            serving = start_vertex_server(core, vx, fe.http_limits)
+            frontends.append(await _bind("Vertex AI service", vx.address, vx.port, serving))
     except BaseException:
         for frontend in frontends:
             await _close(frontend, 0.0)
@@ -265,6 +281,7 @@ async def run_server(
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait({loading, stopped}, return_when=asyncio.FIRST_COMPLETED)
     code = 0
+    load_failed = False
     extra = None
     interrupted = not loading.done()
     if interrupted:
@@ -286,6 +303,10 @@ async def run_server(
         if failed and args.exit_on_error:
             log.error("failed to load all models: %s", ", ".join(failed))
             stop.set()
+            code, load_failed = 1, True
+        elif (problem := await _frontends_loaded(frontends)) is not None:
+            log.error("%s", problem)
+            stop.set()
             code = 1
         elif setup is not None:
             extra = await setup(core)
@@ -302,9 +323,19 @@ async def run_server(
     for frontend in frontends:
         await _close(frontend, 1.0)
     log.info("stopped")
-    if code == 1 and not interrupted:  # Triton's last words when a start-up load failed
+    if load_failed:  # Triton's last words when a start-up load failed
         print("error: creating server: Internal - failed to load all models", file=sys.stderr)
     return code or (0 if clean else 1)
+
+
+async def _frontends_loaded(frontends: list[Any]) -> str | None:
+    """Why an endpoint that Triton starts only once the models are loaded (Vertex AI's, for
+    its default model) cannot serve, or None."""
+    for frontend in frontends:
+        hook = getattr(frontend, "models_loaded", None)
+        if hook is not None and (problem := await hook()) is not None:
+            return str(problem)
+    return None
 
 
 # Past the exit timeout, shutdown itself (cutting off, closing connections) takes a second or
@@ -364,7 +395,9 @@ def serve(args: argparse.Namespace, setup: Any | None = None) -> int:
             log.error("%s", problem)
         return 1
     retain_freed_memory(args.heap_retain_mb << 20)
+    resolve_metrics_address(args)  # (before the checks that read it)
     fe = frontend_options(args, raise_fd_limit())
+    check_cloud_flags(args)
     loop = os.environ.get("MODELYARD_EVENT_LOOP", "uvloop")
     if getattr(args, "ray", ""):
         try:

@@ -8,7 +8,9 @@ import sys
 from collections.abc import MutableMapping, Sequence
 
 from modelyard.bench.args import add_parser as add_bench_parser
+from modelyard.cli.cloud_flags import add_cloud_flags, default_repository
 from modelyard.cli.frontend_flags import add_frontend_flags
+from modelyard.cli.metrics_flags import add_metrics_flags
 from modelyard.cli.openai_flags import add_openai_flags
 from modelyard.cli.ray_flags import add_ray_flags
 from modelyard.cli.trace_flags import add_trace_flags
@@ -166,15 +168,12 @@ def add_serve_flags(
     )
     s.add_argument("--http-port", type=int, default=8000, help="HTTP port (0 picks a free one)")
     s.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0 picks a free one)")
-    s.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics port")
     s.add_argument("--http-address", default="0.0.0.0", help="address the HTTP server binds")
     s.add_argument("--grpc-address", default="0.0.0.0", help="address the gRPC server binds")
-    s.add_argument("--metrics-address", default="0.0.0.0", help="address the metrics server binds")
     add_frontend_flags(s)
     add_openai_flags(s)
     _flag(s, "--allow-http", True, "serve HTTP/REST")
     _flag(s, "--allow-grpc", True, "serve gRPC")
-    _flag(s, "--allow-metrics", True, "serve Prometheus metrics")
     _flag(s, "--allow-dashboard", True, "serve the read-only dashboard at /dashboard (HTTP port)")
     _flag(
         s,
@@ -182,6 +181,8 @@ def add_serve_flags(
         True,
         "allow clients to register system shared-memory regions (keys under /dev/shm)",
     )
+    add_metrics_flags(s)
+    add_cloud_flags(s)  # (after --allow-http and --allow-grpc: AIP_MODE changes their defaults)
     s.add_argument(
         "--cache-config",
         action="append",
@@ -281,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "serve":
         if args.repository:  # as dev and check take it
             args.model_repository.insert(0, args.repository)
+        default_repository(args)  # AIP_STORAGE_URI, when none is given
         if not args.model_repository:
             sys.stderr.write(
                 "modelyard serve: error: no model repository: modelyard serve REPOSITORY "
