@@ -16,9 +16,10 @@ import tritonclient.http as httpclient
 from tests.conftest import Serving
 from tests.helpers import EXAMPLES, MODELS, make_repo
 
-# add_sub, a BLS caller of it, an ensemble of both; a model that fails every request and one
-# that fails to load (UNAVAILABLE with its reason).
-EXAMPLE_MODELS = ["add_sub", "bls_add_sub", "ensemble_add_sub"]
+# add_sub, a BLS caller of it, an ensemble of both, a decoupled model (repeat: COUNT
+# responses); a model that fails every request and one that fails to load (UNAVAILABLE with
+# its reason).
+EXAMPLE_MODELS = ["add_sub", "bls_add_sub", "ensemble_add_sub", "repeat"]
 TEST_MODELS = ["http_raise", "py_init_error"]
 
 
@@ -44,6 +45,27 @@ def drive(http_url: str, grpc_url: str, model: str, count: int) -> None:
     finally:
         for _, client in clients:
             client.close()
+
+
+def stream(grpc_url: str, requests: int, count: int = 3) -> None:
+    """``requests`` requests to the decoupled ``repeat`` over a gRPC stream, each answered
+    with ``count`` responses; returns when every response has come."""
+    import queue
+
+    client = grpcclient.InferenceServerClient(grpc_url)
+    results: queue.Queue[Any] = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put(error or result))
+    try:
+        for _ in range(requests):
+            inp = grpcclient.InferInput("COUNT", [1], "INT32")
+            inp.set_data_from_numpy(np.array([count], np.int32))
+            client.async_stream_infer("repeat", [inp])
+        for _ in range(requests * count):
+            answer = results.get(timeout=30)
+            assert not isinstance(answer, Exception), answer
+    finally:
+        client.stop_stream()
+        client.close()
 
 
 def fail(http_url: str, count: int) -> None:

@@ -15,7 +15,7 @@ import tritonclient.http as httpclient
 
 import modelyard
 from tests.conftest import Serving
-from tests.dashboard.pages import dashboard_repo, drive, fail, get, refuse
+from tests.dashboard.pages import dashboard_repo, drive, fail, get, refuse, stream
 from tests.helpers import wait_for_log, wait_until
 from tests.serverproc import ServerProcess, refused_start
 
@@ -38,7 +38,7 @@ def test_models_with_state_reason_and_live_statistics(server: ServerProcess) -> 
     fail(server.http_url, 2)
     rows = _rows(server)
     assert set(rows) == {"add_sub", "bls_add_sub", "ensemble_add_sub", "http_raise",
-                         "py_init_error"}  # fmt: skip
+                         "py_init_error", "repeat"}  # fmt: skip
     assert rows["add_sub"]["version"] == "1" and rows["add_sub"]["state"] == "READY"
     broken = rows["py_init_error"]
     assert broken["state"] == "UNAVAILABLE" and "lorem_ipsum" in broken["reason"]
@@ -52,6 +52,18 @@ def test_models_with_state_reason_and_live_statistics(server: ServerProcess) -> 
     failing = rows["http_raise"]["live"]
     assert failing["errors"] == 2 and failing["fail"] == 2 and failing["requests"] == 0
     assert failing["refused"] == 0 and failing["refused_total"] == 0
+
+
+def test_time_to_first_response_of_a_decoupled_model(server: ServerProcess) -> None:
+    stream(server.grpc_url, 4)
+    drive(server.http_url, server.grpc_url, "add_sub", 1)
+    rows = _rows(server)
+    first = rows["repeat"]["live"]["first_response"]
+    assert first["requests"] >= 4
+    assert 0 < first["p50_us"] <= first["p99_us"]
+    # the first of three responses comes before the request's end (its latency)
+    assert first["p50_us"] <= rows["repeat"]["live"]["p99_us"]
+    assert rows["add_sub"]["live"]["first_response"] is None  # one response: its latency
 
 
 def test_every_figure_says_its_window(server: ServerProcess) -> None:

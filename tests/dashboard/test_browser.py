@@ -22,7 +22,7 @@ import tritonclient.http as httpclient
 
 import modelyard
 from tests.conftest import Serving
-from tests.dashboard.pages import dashboard_repo, drive, get, refuse
+from tests.dashboard.pages import dashboard_repo, drive, get, refuse, stream
 from tests.helpers import WAIT_S, wait_until
 from tests.serverproc import ServerProcess
 
@@ -190,6 +190,25 @@ def test_page_after_traffic(browser: Any, server: ServerProcess, tmp_path: Path)
 
     shot = tmp_path / "dashboard.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+
+def test_first_response_of_a_decoupled_model(browser: Any, server: ServerProcess) -> None:
+    browser.get(f"http://{server.http_url}/dashboard")
+    _wait(browser, lambda d: _cell(d, "repeat", "state") == "READY", "repeat READY")
+    heads = [
+        " ".join(th.text.split()) for th in browser.find_elements(By.CSS_SELECTOR, "#models th")
+    ]
+    assert "first response (10 s)" in heads
+    stream(server.grpc_url, 3)
+    shown = _wait(
+        browser,
+        lambda d: " / " in _cell(d, "repeat", "first") and _cell(d, "repeat", "first"),
+        "repeat's first response",
+    )
+    p50, p99 = shown.split(" / ")
+    assert p50.endswith(("µs", "ms", " s")) and p99.endswith(("µs", "ms", " s")), shown
+    drive(server.http_url, server.grpc_url, "add_sub", 1)
+    assert _cell(browser, "add_sub", "first") == ""  # not decoupled: its latency says it
 
 
 def _shown(driver: Any) -> list[tuple[str, str]]:

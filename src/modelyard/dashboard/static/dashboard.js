@@ -31,6 +31,13 @@ function us(value) {
   return (value / 1e6).toFixed(2) + " s";
 }
 
+// Decoupled models: time to first response, p50 / p99 (other models answer once: "").
+function firstResponse(live) {
+  const first = live && live.first_response;
+  if (!first) return "";
+  return first.requests ? `${us(first.p50_us)} / ${us(first.p99_us)}` : "–";
+}
+
 function rate(value) {
   return value >= 100 ? value.toFixed(0) : value.toFixed(1);
 }
@@ -85,6 +92,7 @@ function renderModels(doc) {
       el("td", { class: "num rate" }, live ? rate(live.rate) : ""),
       el("td", { class: "num p50" }, live ? us(live.p50_us) : ""),
       el("td", { class: "num p99" }, live ? us(live.p99_us) : ""),
+      el("td", { class: "num first" }, firstResponse(live)),
       el("td", { class: "num queue" }, live ? us(live.queue_us) : ""),
       el("td", { class: "batches" }, batches),
       el("td", { class: "num errors" + (live && live.errors ? " errors-nonzero" : ""), title: errorsTitle }, errors),
@@ -94,7 +102,7 @@ function renderModels(doc) {
     rows.push(row);
     if (m.reason) {
       const reason = el("tr", { class: "reason-row", "data-model": m.name });
-      reason.append(el("td", {}), el("td", { class: "reason", colspan: "10" }, m.reason));
+      reason.append(el("td", {}), el("td", { class: "reason", colspan: "11" }, m.reason));
       rows.push(reason);
     }
   }
