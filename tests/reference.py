@@ -191,6 +191,7 @@ def start_reference(
     timeout: float = READY_TIMEOUT_S,
     ready_headers: dict[str, str] | None = None,
     grpc_options: dict[str, Any] | None = None,
+    metrics: bool = True,
 ) -> ReferenceServer:
     """Start the reference Triton on ``repo`` (extra ``args`` go to tritonserver) on free
     ports, and wait until both endpoints answer that the server is ready (HTTP
@@ -199,7 +200,8 @@ def start_reference(
     up after HTTP already answers. ``ready_headers`` go with both readiness probes (the
     header a restricted ``health`` API expects; gRPC gets it as a restricted protocol wants
     it, with the ``triton-grpc-protocol-`` prefix). ``grpc_options`` go to the gRPC probe's
-    client (a TLS port needs ``ssl=True`` and the certificates)."""
+    client (a TLS port needs ``ssl=True`` and the certificates). ``metrics=False``: the
+    metrics port is not waited for (``--allow-metrics=false``)."""
     script = reference_script()
     if script is None or not reference_available():
         raise RuntimeError(
@@ -229,7 +231,7 @@ def start_reference(
     while True:
         if (
             _http_status(server.http_url, "/v2/health/ready", headers=ready_headers) == 200
-            and _accepts(server.metrics_url)
+            and (not metrics or _accepts(server.metrics_url))
             and _grpc_ready(server.grpc_url, grpc_headers, grpc_options)
         ):
             return server
