@@ -26,6 +26,7 @@ from modelyard.errors import (
     NotFound,
     Unsupported,
 )
+from modelyard.scheduling.rate_limiter import RateLimiter
 from modelyard.serving.context import RequestContext
 from modelyard.serving.shm_regions import SharedMemoryManager, uses_shared_memory
 from modelyard.tracing.tracer import Tracer
@@ -73,6 +74,9 @@ class InferenceServer(ModelControl):
         self._stopping = False
         self.shared_memory = SharedMemoryManager(options.allow_client_shm)
         self.response_cache = ResponseCache(options.cache_bytes) if options.cache_bytes else None
+        # --rate-limit=execution_count: one limiter for the instances of every model
+        limits = options.rate_limit
+        self.rate_limiter = RateLimiter(limits.explicit()) if limits.enabled else None
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from modelyard.backends.loader import LoadOptions
 from modelyard.errors import InvalidArgument
+from modelyard.scheduling.rate_limiter import RateLimitSettings
 from modelyard.serving.metrics_settings import MetricsSettings
 from modelyard.tracing.config import TraceConfig
 
@@ -28,6 +29,8 @@ class ServerOptions:
     trace: TraceConfig = field(default_factory=TraceConfig)  # --trace-config
     # --allow-metrics, --allow-*-metrics, --metrics-interval-ms, --metrics-config
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    # --rate-limit, --rate-limit-resource
+    rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
 
 
 def parse_version(version: str) -> int | None:

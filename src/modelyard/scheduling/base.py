@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from modelyard.backends.instance import Instance
 from modelyard.errors import InternalError, ModelyardError, Unavailable
+from modelyard.scheduling.rate_limiter import Gate
 from modelyard.serving.context import RequestContext
 from modelyard.serving.deadlock import can_progress
 from modelyard.serving.stats import ModelStats
@@ -143,6 +144,9 @@ class BatchTasks:
         self._drained.set()
         self._closed = False
         self._shutdown = False
+        # The rate limiter's view of the instances (--rate-limit=execution_count), set by the
+        # core after construction; None runs each batch as soon as an instance is free.
+        self.gate: Gate | None = None
 
     def _queued(self) -> int:
         raise NotImplementedError
@@ -189,3 +193,6 @@ class BatchTasks:
             return True
         except asyncio.TimeoutError:
             return False
+        finally:
+            if self.gate is not None:  # the version stops: its instances leave the limiter
+                self.gate.close()

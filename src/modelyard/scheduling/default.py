@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from modelyard.scheduling.base import (
     pick_instance,
     run_batch,
 )
+from modelyard.scheduling.rate_limiter import Gate
 from modelyard.serving.context import RequestContext
 from modelyard.serving.stats import ModelStats
 
@@ -44,6 +46,7 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
         # Instances running one batch that may take a staged one; batches in flight per instance.
         self._stageable: collections.deque[Instance] = collections.deque()
         self._load: dict[int, int] = {id(i): 0 for i in instances}
+        self._staged = 0  # instances waiting for the rate limiter to let them run
         self._queue: collections.deque[RequestContext] = collections.deque()
         self._max_queue = max_queue_size or 1_000_000
         self.stats: ModelStats | None = None  # set by the core; executions counted per batch
@@ -74,11 +77,12 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
         ctx.t_queued = time.monotonic_ns()
         ctx.scheduler = self
         self._loop = asyncio.get_running_loop()
-        with self._lock:
-            instance = pick_instance(self._idle, self._instances) if not self._queue else None
-        if instance is not None:
-            self._start(instance, [ctx])
-            return
+        if self.gate is None:
+            with self._lock:
+                instance = pick_instance(self._idle, self._instances) if not self._queue else None
+            if instance is not None:
+                self._start(instance, [ctx])
+                return
         if ctx.chain and all(i.name in ctx.chain for i in self._instances):
             raise Unavailable(
                 f"BLS deadlock: every instance of model '{self.model_name}' "
@@ -94,6 +98,9 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
         self._dispatch()
 
     def _dispatch(self) -> None:
+        if self.gate is not None:
+            self._stage_instances(self.gate)
+            return
         while True:
             with self._lock:
                 if not self._queue:
@@ -114,6 +121,8 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
 
     def try_claim(self, accept: Callable[[Instance], bool]) -> Instance | None:
         """From any thread: take an idle instance that ``accept`` allows, if nothing is queued."""
+        if self.gate is not None:  # the limiter decides when an instance runs
+            return None
         with self._lock:
             if self._closed or self._queue:
                 return None
@@ -139,14 +148,19 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
             load = self._load[id(instance)] = self._load.get(id(instance), 0) + 1
             # Stage only behind a batch nothing waits on either: a BLS call made by the staged
             # batch must never count the running one's callers as waiting on it.
-            if load == 1 and getattr(instance, "can_stage", False) and _stands_alone(batch):
+            if (
+                load == 1
+                and self.gate is None  # (a staged batch would run without its resources)
+                and getattr(instance, "can_stage", False)
+                and _stands_alone(batch)
+            ):
                 self._stageable.append(instance)
         self._spawn(self._run(instance, batch), batch)
 
     def _finish(self, instance: Instance) -> None:
         with self._lock:
             load = self._load[id(instance)] = self._load[id(instance)] - 1
-            if load == 1:
+            if load == 1 and self.gate is None:
                 self._stageable.append(instance)
             elif load == 0:
                 if instance in self._stageable:
@@ -166,5 +180,44 @@ class DefaultScheduler(DeadlockCheck, BatchTasks):
         try:
             await run_batch(instance, batch, self.stats)
         finally:
-            self._finish(instance)
-            self._dispatch()
+            if self.gate is None:
+                self._finish(instance)
+                self._dispatch()
+            else:
+                with self.gate.released(instance):
+                    self._finish(instance)
+                    self._dispatch()
+
+    # -- with the rate limiter: an idle instance is staged for each queued request, and the
+    # request at the head of the queue goes to whichever staged instance the limiter lets run.
+
+    def _stage_instances(self, gate: Gate) -> None:
+        while True:
+            with self._lock:
+                queue = self._queue
+                while queue and (queue[0].cancelled or queue[0].done):
+                    queue.popleft()
+                if len(queue) <= self._staged or not self._idle:
+                    return
+                if len(self._idle) > 1:  # the instance the limiter would serve first
+                    self._idle = collections.deque(sorted(self._idle, key=gate.preference))
+                instance = pick_instance(self._idle, self._instances)
+                if instance is None:
+                    return
+                self._staged += 1
+            gate.request(instance, functools.partial(self._granted, gate, instance))
+
+    def _granted(self, gate: Gate, instance: Instance) -> None:
+        with self._lock:
+            self._staged -= 1
+            ctx = None
+            while self._queue and ctx is None:
+                head = self._queue.popleft()
+                if not (head.cancelled or head.done):
+                    ctx = head
+        if ctx is not None:
+            self._start(instance, [ctx])
+            return
+        # Nothing left to run (the lock is let go before the limiter serves the next one).
+        with gate.released(instance, executed=False), self._lock:
+            self._idle.append(instance)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ from modelyard.scheduling.base import (
     pick_instance,
     run_batch,
 )
+from modelyard.scheduling.rate_limiter import Gate
 from modelyard.serving.context import RequestContext
 from modelyard.serving.stats import ModelStats
 from modelyard.types import InferResponse
@@ -97,6 +99,7 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
         ]
         self._count = 0
         self._timer: asyncio.TimerHandle | None = None
+        self._staged = 0  # instances waiting for the rate limiter to let them run
         self.stats: ModelStats | None = None  # set by the core; executions counted per batch
         self._init_tasks()
         listen_for_health(instances, self._schedule)
@@ -196,7 +199,9 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
                     out.append((level, item))
         return out + delayed
 
-    def _take_batch(self, force: bool) -> list[_Queued] | None:
+    def _take_batch(self, force: bool, take: bool = True) -> list[_Queued] | None:
+        """The next batch, if one is due (``force``: whatever is queued is); ``take``: remove
+        it from the queues."""
         cfg = self.config
         ordered = self._ordered()
         if not ordered:
@@ -230,6 +235,8 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
                         break
                 if cut:
                     batch = batch[:cut]
+        if not take:
+            return batch
         taken = {id(item) for item in batch}
         for q in self._queues:
             kept = [item for item in q if id(item) not in taken]
@@ -245,7 +252,9 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
             self._timer = None
         self._expire(time.monotonic_ns())
         can_run = False  # an instance is free but the batch waits (max_queue_delay)
-        while self._count:
+        if self.gate is not None:
+            can_run = self._stage_instances(self.gate, force)
+        while self._count and self.gate is None:
             instance = pick_instance(self._idle, self._instances)
             if instance is None:
                 break
@@ -264,6 +273,9 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
         """Wake when the waiting batch is due (an instance is free), and in any case when a
         queued request's timeout expires, so REJECT answers on time even while every
         instance is busy (or hung)."""
+        if self._timer is not None:  # (a grant inside _schedule may have armed one)
+            self._timer.cancel()
+            self._timer = None
         now = time.monotonic_ns()
         items = [item for q in self._queues for item in q]
         due: int | None = None
@@ -299,5 +311,46 @@ class DynamicBatcher(DeadlockCheck, BatchTasks):
         try:
             await run_batch(instance, batch, self.stats)
         finally:
+            if self.gate is None:
+                self._idle.append(instance)
+                self._schedule()
+            else:
+                with self.gate.released(instance):
+                    self._idle.append(instance)
+                    self._schedule()
+
+    # -- with the rate limiter: a due batch stages an idle instance, and the batch is formed
+    # when the limiter lets the instance run, taking what arrived meanwhile (as Triton's open
+    # payload keeps filling while it waits for resources).
+
+    def _stage_instances(self, gate: Gate, force: bool) -> bool:
+        """Stage instances for what is queued; True when one is free but the batch not due."""
+        while self._count:
+            if self._staged:  # stage another only for more than the staged ones will take
+                queued = sum(item.size for q in self._queues for item in q)
+                if queued <= self._staged * self.config.max_batch_size:
+                    return False
+            if len(self._idle) > 1:  # the instance the limiter would serve first
+                self._idle = collections.deque(sorted(self._idle, key=gate.preference))
+            instance = pick_instance(self._idle, self._instances)
+            if instance is None:
+                return False
+            if self._take_batch(force, take=False) is None:
+                self._idle.appendleft(instance)
+                return True
+            self._staged += 1
+            gate.request(instance, functools.partial(self._granted, gate, instance))
+        return False
+
+    def _granted(self, gate: Gate, instance: Instance) -> None:
+        self._staged -= 1
+        self._expire(time.monotonic_ns())
+        batch = self._take_batch(force=True) if self._count else None
+        if batch:
+            self._start(instance, [item.ctx for item in batch])
+            self._schedule()  # what the batch left may need another instance
+            return
+        with gate.released(instance, executed=False):  # nothing left to run
             self._idle.append(instance)
-            self._schedule()
+            if not self._count and not self._tasks:
+                self._drained.set()

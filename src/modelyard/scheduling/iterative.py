@@ -18,6 +18,7 @@ one runs once more, with ``is_cancelled()`` true (see ``_reschedule``).
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -156,6 +157,23 @@ class IterativeSequenceBatcher(BatchTasks):
         if self._busy[i]:
             return
         self._prune(i)
+        if self.gate is not None:  # the batch forms when the limiter lets instance i run
+            if any(seq.queue and not seq.running for seq in self._bound[i]):
+                self._busy[i] = True
+                self.gate.request(self._instances[i], functools.partial(self._granted, i))
+            return
+        self._start(i)
+
+    def _granted(self, i: int) -> None:
+        self._prune(i)
+        if not self._start(i):
+            assert self.gate is not None
+            with self.gate.released(self._instances[i], executed=False):  # nothing to run
+                self._busy[i] = False
+                self._fill_slots()
+
+    def _start(self, i: int) -> bool:
+        """Run the next request of each sequence bound to instance i; False when none has."""
         batch: list[RequestContext] = []
         seqs: list[_Seq] = []
         for seq in self._bound[i]:
@@ -166,9 +184,10 @@ class IterativeSequenceBatcher(BatchTasks):
                 batch.append(ctx)
                 seqs.append(seq)
         if not batch:
-            return
+            return False
         self._busy[i] = True
         self._spawn(self._run(i, batch, seqs), batch)
+        return True
 
     def _release(self, seq: _Seq) -> None:
         """The sequence's request was released for good: free its slot."""
@@ -181,8 +200,15 @@ class IterativeSequenceBatcher(BatchTasks):
         try:
             await run_batch(self._instances[i], batch, self.stats)
         finally:
-            self._busy[i] = False
-            for seq in seqs:
-                seq.running = False
-            self._schedule(i)
-            self._fill_slots()
+            if self.gate is None:
+                self._ran(i, seqs)
+            else:
+                with self.gate.released(self._instances[i]):
+                    self._ran(i, seqs)
+
+    def _ran(self, i: int, seqs: list[_Seq]) -> None:
+        self._busy[i] = False
+        for seq in seqs:
+            seq.running = False
+        self._schedule(i)
+        self._fill_slots()

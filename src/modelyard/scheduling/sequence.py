@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,6 +169,22 @@ class SequenceBatcher(BatchTasks):
     def _schedule(self, i: int) -> None:
         if self._busy[i]:
             return
+        if self.gate is not None:  # the batch forms when the limiter lets instance i run
+            if any(s.instance == i and s.queue and not s.running for s in self._seqs.values()):
+                self._busy[i] = True
+                self.gate.request(self._instances[i], functools.partial(self._granted, i))
+            return
+        self._start(i)
+
+    def _granted(self, i: int) -> None:
+        if not self._start(i):
+            assert self.gate is not None
+            with self.gate.released(self._instances[i], executed=False):  # nothing to run
+                self._busy[i] = False
+
+    def _start(self, i: int) -> bool:
+        """Run instance i's next batch: the next request of up to max_batch_size of its
+        sequences; False when there is none."""
         batch: list[RequestContext] = []
         seqs: list[_Sequence] = []
         for seq in self._seqs.values():
@@ -182,9 +199,10 @@ class SequenceBatcher(BatchTasks):
             if len(batch) >= self._max_batch:
                 break
         if not batch:
-            return
+            return False
         self._busy[i] = True
         self._spawn(self._run(i, batch, seqs), batch)
+        return True
 
     def _take_queued(self) -> list[RequestContext]:
         taken = [ctx for seq in self._seqs.values() for ctx in seq.queue]
@@ -199,13 +217,20 @@ class SequenceBatcher(BatchTasks):
         try:
             await run_batch(self._instances[i], batch, self.stats)
         finally:
-            self._busy[i] = False
-            for seq in seqs:
-                seq.running = False
-                seq.last_ns = time.monotonic_ns()
-                if seq.ended and not seq.queue:
-                    self._drop(seq)
-            self._schedule(i)
+            if self.gate is None:
+                self._ran(i, seqs)
+            else:
+                with self.gate.released(self._instances[i]):
+                    self._ran(i, seqs)
+
+    def _ran(self, i: int, seqs: list[_Sequence]) -> None:
+        self._busy[i] = False
+        for seq in seqs:
+            seq.running = False
+            seq.last_ns = time.monotonic_ns()
+            if seq.ended and not seq.queue:
+                self._drop(seq)
+        self._schedule(i)
 
     def _arm_sweeper(self) -> None:
         if self._sweeper is None:
