@@ -52,7 +52,10 @@ def run_check(args: argparse.Namespace) -> int:
     logs.configure(
         logs.LogConfig(log_info=args.verbose, log_warning=args.verbose, log_error=args.verbose)
     )
-    opts = LoadOptions(backend_settings=parse_backend_config(args.backend_config))
+    opts = LoadOptions(
+        backend_settings=parse_backend_config(args.backend_config),
+        config_name=args.model_config_name or "",
+    )
     try:
         results = asyncio.run(check_repository(Path(args.repository), opts, args.load))
     except ModelyardError as e:  # the repository itself cannot be read
@@ -93,7 +96,7 @@ async def check_model(
     if not loc.loadable:
         return Result(name, str(loc.error))
     try:
-        cfg = read_config(name, model_dir, None)
+        cfg = read_config(name, model_dir, None, opts.config_name)
         if cfg.platform == "ensemble":
             cfg = normalize_config(cfg, name, model_dir=model_dir)
             validate_config(cfg)

@@ -46,6 +46,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         load=LoadOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
             backend_settings=parse_backend_config(args.backend_config),
+            config_name=args.model_config_name or "",
+            retry_count=args.model_load_retry_count,
         ),
     )
 

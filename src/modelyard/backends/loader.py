@@ -22,10 +22,14 @@ from modelyard.serving.host import ModelHost
 
 @dataclass
 class LoadOptions:
-    """What every load reads: auto-complete on or off, and ``--backend-config`` by backend."""
+    """What every load reads: auto-complete on or off, ``--backend-config`` by backend,
+    ``--model-config-name`` (``configs/<name>.pbtxt`` before ``config.pbtxt``) and
+    ``--model-load-retry-count`` (more tries for a version whose instances fail to start)."""
 
     auto_complete: bool = True
     backend_settings: dict[str, dict[str, str]] = field(default_factory=dict)
+    config_name: str = ""
+    retry_count: int = 0
 
     def settings(self, backend: str) -> dict[str, str]:
         return self.backend_settings.get(backend, {})
