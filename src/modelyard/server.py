@@ -23,6 +23,7 @@ from modelyard.frontends.openai.options import openai_options
 from modelyard.frontends.options import FrontendOptions, frontend_options
 from modelyard.heap import retain_freed_memory
 from modelyard.metrics.options import metrics_settings, resolve_metrics_address
+from modelyard.scheduling.rate_limiter import RateLimitSettings
 from modelyard.tracing.config import TraceConfig, TraceConfigError, parse_trace_flags
 
 log = logging.getLogger("modelyard")
@@ -42,6 +43,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         allow_client_shm=args.allow_client_shm,
         cache_bytes=_cache_bytes(args.cache_config),
         trace=_trace_config(args.trace_flags),
+        rate_limit=RateLimitSettings(args.rate_limit, tuple(args.rate_limit_resource)),
         metrics=metrics_settings(args),
         load=LoadOptions(
             auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),

@@ -12,6 +12,7 @@ from modelyard.cli.cloud_flags import add_cloud_flags, default_repository
 from modelyard.cli.frontend_flags import add_frontend_flags
 from modelyard.cli.metrics_flags import add_metrics_flags
 from modelyard.cli.openai_flags import add_openai_flags
+from modelyard.cli.rate_limit_flags import add_rate_limit_flags
 from modelyard.cli.ray_flags import add_ray_flags
 from modelyard.cli.trace_flags import add_trace_flags
 from modelyard.heap import DEFAULT_RETAIN_MB
@@ -221,6 +222,7 @@ def add_serve_flags(
         "cache for models with response_cache { enable: true }",
     )
     add_trace_flags(s)
+    add_rate_limit_flags(s)
     s.add_argument(
         "--model-control-mode",
         choices=["none", "explicit", "poll"],
