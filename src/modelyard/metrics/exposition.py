@@ -9,6 +9,8 @@ each in the order Triton registers them, and leaves out a family with no series.
   model whose responses are cached;
 - gauges: ``nv_inference_pending_request_count`` per version, the pinned-memory pool (none
   here: 0), the CPU gauges with ``--allow-cpu-metrics`` (host_gauges.py);
+- histograms with ``--metrics-config histogram_latencies=true`` (a later Triton's setting):
+  26.01's ``nv_inference_first_response_histogram_ms`` per version (histograms.py);
 - summaries with ``--metrics-config summary_latencies=true``: ``count``, ``sum``, then one
   series per quantile (its label last), ``Nan`` while the window is empty.
 
@@ -24,6 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from modelyard.metrics.custom import labels_text
+from modelyard.metrics.histograms import first_response_lines
 from modelyard.metrics.host_gauges import CpuSampler
 from modelyard.serving.metrics_settings import MetricsSettings
 from modelyard.serving.stats import FAILURE_REASONS, ModelStats
@@ -184,6 +187,7 @@ def render_stats(
         ]
     for name, doc, value in gauges:
         _family(out, name, doc, "gauge", [f"{name} {prom_number(value)}"])
+    out += first_response_lines(stats)  # histogram_latencies=true (histograms.py)
     if settings.summary_latencies:
         qs = [q for q, _ in settings.quantiles]
         for name, doc, pick in _SUMMARIES:
