@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelyard.frontends.http.classify import classify  # pure numpy; shared by both frontends
+from modelyard.frontends.classify import classify
 from modelyard.types import InferResponse
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from modelyard.errors import ModelyardError
-from modelyard.frontends.http.classify import classify, read_labels
+from modelyard.frontends.classify import classify, read_labels
 from modelyard.types import Tensor
 
 
