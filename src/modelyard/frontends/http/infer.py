@@ -13,9 +13,9 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from modelyard.errors import InvalidArgument, Unsupported
+from modelyard.frontends.classify import classify, output_labels
 from modelyard.frontends.header_forward import HEADER_NAMES_KEY, HeaderForward
 from modelyard.frontends.http import compression, infer_body
-from modelyard.frontends.classify import classify, output_labels
 from modelyard.frontends.http.limits import raw_input_too_large
 from modelyard.frontends.http.request_response import (
     JSON_HEADERS,

@@ -32,14 +32,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from modelyard.dashboard.routes import PREFIX as DASHBOARD_PREFIX
-from modelyard.dashboard.routes import Dashboard
 from modelyard.errors import ModelyardError, Unsupported
 from modelyard.frontends import restricted as groups
 from modelyard.frontends.header_forward import HeaderForward
 from modelyard.frontends.http import handlers
 from modelyard.frontends.http.asgiserver import AsgiServer, serve_asgi
 from modelyard.frontends.http.compression import UnsupportedCompression
+from modelyard.frontends.http.dashboard import PREFIX as DASHBOARD_PREFIX
+from modelyard.frontends.http.dashboard import Dashboard
 from modelyard.frontends.http.errors import (
     METHOD_NOT_ALLOWED_BODY,
     NOT_FOUND_BODY,
