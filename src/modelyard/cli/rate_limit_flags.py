@@ -15,9 +15,7 @@ _INT32 = (-(2**31), 2**31 - 1)
 def _mode(value: str) -> str:
     mode = value.lower()
     if mode not in MODES:
-        raise argparse.ArgumentTypeError(
-            f"invalid argument for --rate-limit: expected execution_count or off, got '{value}'"
-        )
+        raise argparse.ArgumentTypeError(f"expected execution_count or off, got '{value}'")
     return mode
 
 
