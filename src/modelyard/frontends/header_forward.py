@@ -10,6 +10,11 @@ Forwarded headers come after the body's parameters: a header named like a body p
 replaces its value (Triton adds both, and the model's ``json.loads`` keeps the later one).
 HTTP forwards on ``/infer`` only (not ``/generate``), in the order the headers came; gRPC on
 ModelInfer and ModelStreamInfer, by name (Triton reads gRPC's sorted metadata map).
+
+As Triton 26.05 does (server#8763, ``src/http_server.cc`` ``ForEachHeader`` and
+``src/grpc/infer_handler.h`` ``ForwardHeadersAsParameters``), a matching header named like
+one of Triton's reserved parameter keys, or starting with ``triton_`` (compared with the name
+as forwarded, case and all), fails the request with INVALID_ARG instead of reaching the model.
 """
 
 from __future__ import annotations
@@ -18,10 +23,32 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from modelyard.errors import InvalidArgument
 from modelyard.types import ParamValue
 
 # The ASGI scope's key for the header names as sent (http/connection.py keeps them).
 HEADER_NAMES_KEY = "modelyard.header_names"
+
+# Triton 26.05's kReservedParameterKeys (src/common.h); "triton_*" is reserved too.
+RESERVED_PARAMETER_KEYS = frozenset(
+    {
+        "sequence_id",
+        "sequence_start",
+        "sequence_end",
+        "priority",
+        "timeout",
+        "headers",
+        "binary_data_output",
+    }
+)
+
+
+def check_not_reserved(name: str) -> None:
+    """Refuse to forward a header whose name is a reserved parameter key (Triton 26.05)."""
+    if name in RESERVED_PARAMETER_KEYS or name.startswith("triton_"):
+        raise InvalidArgument(
+            f"Header '{name}' is reserved for Triton usage and cannot be forwarded."
+        )
 
 
 class PatternError(ValueError):
@@ -47,18 +74,22 @@ class HeaderForward:
         parameters: dict[str, ParamValue],
     ) -> None:
         """Add the matching ``headers`` to ``parameters``; ``names`` are the names as sent
-        (same order and length as ``headers``, whose names the HTTP parser lower-cased)."""
+        (same order and length as ``headers``, whose names the HTTP parser lower-cased).
+        Raise InvalidArgument at the first reserved name."""
         search = self.regex.search
         for i, (lower, value) in enumerate(headers):
             name = (names[i] if names is not None else lower).decode("latin-1")
             if search(name):
+                check_not_reserved(name)
                 parameters[name] = value.decode("utf-8", "replace")
 
     def grpc(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> dict[str, ParamValue]:
-        """The parameters the call's ``metadata`` forwards, ordered by name."""
+        """The parameters the call's ``metadata`` forwards, ordered by name; raise
+        InvalidArgument at the first reserved name."""
         search = self.regex.search
         found: dict[str, ParamValue] = {}
         for key, value in sorted(metadata or (), key=lambda kv: kv[0]):
             if search(key):
+                check_not_reserved(key)
                 found[key] = value if isinstance(value, str) else value.decode("utf-8", "replace")
         return found

@@ -62,7 +62,10 @@ async def run_stream(
     become every request's parameters."""
     session = _Session(core, context)
     if forward is not None:
-        session.forwarded = forward.grpc(context.invocation_metadata())
+        try:
+            session.forwarded = forward.grpc(context.invocation_metadata())
+        except InvalidArgument as e:  # a reserved header: each request fails, as in Triton
+            session.forward_error = e
     reader = asyncio.create_task(session.read(request_iterator))
     grpc_error = _wants_grpc_error(context)
     try:
@@ -100,6 +103,7 @@ class _Session:
         # Completion of the last non-decoupled request's write: the next one waits for it.
         self.last_ordered: asyncio.Future[None] | None = None
         self.forwarded: dict[str, ParamValue] | None = None  # the call's forwarded headers
+        self.forward_error: InvalidArgument | None = None  # a reserved header among them
 
     def cancel(self) -> None:
         for task in self.tasks:
@@ -128,6 +132,8 @@ class _Session:
                     version = proto_convert.check_version(msg.model_version)
                     decoupled = self.core.is_decoupled(msg.model_name, version)
                     decoded = proto_convert.decode_infer_request(wire)
+                    if self.forward_error is not None:
+                        raise self.forward_error
                     if self.forwarded:
                         decoded.request.parameters.update(self.forwarded)
                 except ModelyardError as e:
