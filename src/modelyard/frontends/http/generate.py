@@ -19,10 +19,12 @@ from modelyard.frontends.http import infer_body, jsondata
 from modelyard.frontends.http.errors import error_body, http_status
 from modelyard.frontends.http.request_response import JSON_HEADERS, Request, Response, read_body
 from modelyard.tensor_bytes import array_from_raw
+from modelyard.tracing.trace import AFTER, AMID, BEFORE
 from modelyard.types import InferRequest, InferResponse, Tensor
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
+    from modelyard.tracing.trace import Trace
 
 _ONE_RESPONSE = (
     "generate expects model to produce exactly 1 response, use generate stream for model "
@@ -133,7 +135,32 @@ async def handle_generate(
     version: str,
     streaming: bool,
 ) -> Response | None:
-    """The response, or None when an SSE stream was sent here (or its client went away)."""
+    """The response, or None when an SSE stream was sent here (or its client went away).
+
+    A sampled request is traced as Triton traces it: HTTP_RECV_START/END, then
+    INFER_RESPONSE_COMPLETE at each response and HTTP_SEND_START/END around each event
+    written (around the whole answer of /generate)."""
+    trace = core.tracer.sample(model, request.scope["headers"]) if core.tracer.on else None
+    if trace is None:
+        return await _generate(core, request, model, version, streaming, None)
+    trace.event("HTTP_RECV_START", 0, BEFORE)
+    try:
+        reply = await _generate(core, request, model, version, streaming, trace)
+        if reply is not None:
+            trace.event("HTTP_SEND_END", 0, AFTER)
+        return reply
+    finally:
+        trace.release()
+
+
+async def _generate(
+    core: InferenceServer,
+    request: Request,
+    model: str,
+    version: str,
+    streaming: bool,
+    trace: Trace | None,
+) -> Response | None:
     metadata = core.model_metadata(model, version)
     encoding = request.header(b"content-encoding")
     if encoding and encoding != "identity":
@@ -146,6 +173,9 @@ async def handle_generate(
         infer_request.id = infer_body.as_str(doc["id"], "id")
     inputs = {str(i["name"]): i for i in metadata.get("inputs", [])}
     _convert(doc, inputs, infer_request, top=True)
+    if trace is not None:
+        trace.event("HTTP_RECV_END", 0, BEFORE)
+        infer_request.trace = trace
 
     request.cancel_on_disconnect()  # then closing the stream below cancels the request
     stream: AsyncIterator[InferResponse] = core.infer_stream(infer_request)
@@ -156,9 +186,9 @@ async def handle_generate(
         except StopAsyncIteration:
             first = None
         if streaming:
-            await _stream(request, stream, first, decoupled)
+            await _stream(request, stream, first, decoupled, trace)
             return None
-        return await _single(stream, first, decoupled)
+        return await _single(stream, first, decoupled, trace)
     finally:
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
@@ -166,7 +196,10 @@ async def handle_generate(
 
 
 async def _single(
-    stream: AsyncIterator[InferResponse], first: InferResponse | None, decoupled: bool
+    stream: AsyncIterator[InferResponse],
+    first: InferResponse | None,
+    decoupled: bool,
+    trace: Trace | None,
 ) -> Response:
     responses: list[InferResponse] = []
     status = 200
@@ -179,6 +212,10 @@ async def _single(
                 responses.append(resp)
                 if resp.final:
                     break
+    if trace is not None:
+        for _ in responses:
+            trace.event("INFER_RESPONSE_COMPLETE", 0, AMID)
+        trace.event("HTTP_SEND_START", 0, AFTER)
     real = [r for r in responses if not _is_flag_only(r, decoupled)]
     if len(real) != 1:
         return Response(error_body(_ONE_RESPONSE), status, JSON_HEADERS)
@@ -193,6 +230,7 @@ async def _stream(
     stream: AsyncIterator[InferResponse],
     first: InferResponse | None,
     decoupled: bool,
+    trace: Trace | None,
 ) -> None:
     """Server-sent events, one ``data:`` event per response, as chunked body messages.
 
@@ -208,8 +246,12 @@ async def _stream(
     await send({"type": "http.response.start", "status": status, "headers": _SSE_HEADERS})
     resp = first
     while resp is not None:
+        if trace is not None:
+            trace.event("INFER_RESPONSE_COMPLETE", 0, AMID)
         if not _is_flag_only(resp, decoupled):
             body, _ = _encode(resp)
+            if trace is not None:
+                trace.event("HTTP_SEND_START", 0, AFTER)
             await send(
                 {
                     "type": "http.response.body",
@@ -217,6 +259,8 @@ async def _stream(
                     "more_body": True,
                 }
             )
+            if trace is not None:
+                trace.event("HTTP_SEND_END", 0, AFTER)
         if resp.final:
             break
         try:
