@@ -62,7 +62,7 @@ def test_missing_repository_is_an_error_naming_it(tmp_path: Path) -> None:
         scan_repositories([tmp_path / "nope"])
 
 
-@pytest.mark.parametrize("name", ["", "   ", "..", "a/b", "../x", "/abs", ".", "a\\b", "x\0y"])
+@pytest.mark.parametrize("name", ["", "   ", "..", "a/b", "../x", "/abs", ".", "x\0y"])
 def test_invalid_model_names(name: str) -> None:
     with pytest.raises(InvalidArgument) as info:
         validate_model_name(name)
@@ -76,7 +76,8 @@ def test_invalid_model_name_messages() -> None:
         validate_model_name("a/b")
 
 
-@pytest.mark.parametrize("name", ["m", "model.identity", "my-model_2", "..x", "a..b"])
+# "a\\b" as in Triton (a Python model of that name is refused by its backend, not here).
+@pytest.mark.parametrize("name", ["m", "model.identity", "my-model_2", "..x", "a..b", "a\\b"])
 def test_valid_model_names(name: str) -> None:
     validate_model_name(name)
 

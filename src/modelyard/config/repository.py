@@ -93,16 +93,22 @@ def scan_repositories(paths: list[Path] | list[str]) -> dict[str, ModelLocation]
     return result
 
 
+# What ends a path component here ("\\" only where the OS takes it for a separator).
+_SEPARATORS = "/\0" + ("\\" if os.sep == "\\" or os.altsep == "\\" else "")
+
+
 def validate_model_name(name: str) -> None:
     """Reject names that cannot be a model directory: empty, '/', '..' (InvalidArgument).
 
-    Triton's messages; beyond Triton, '\\', NUL and '.' are rejected too, so a name from a
-    client never leaves the repository.
+    Triton's messages (core's ``ValidateModelName``, r26.03 on); beyond Triton, NUL and '.'
+    are rejected too, so a name from a client never leaves the repository. A '\\' passes, as
+    in Triton, where a Python model of that name then fails with its backend's "Invalid stub
+    name" (it is one of the shell characters the Python backend refuses).
     """
     trimmed = name.strip()
     if not trimmed:
         raise InvalidArgument("Model name cannot be empty. Please enter a valid name to deploy.")
-    if trimmed in (".", "..") or any(c in trimmed for c in "/\\\0"):
+    if trimmed in (".", "..") or any(c in trimmed for c in _SEPARATORS):
         raise InvalidArgument(
             f"invalid model name '{name}', model name must not contain path traversal characters"
         )
