@@ -89,7 +89,6 @@ class EnsembleScheduler:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.get_ident()
         ctx.t_queued = ctx.t_start = time.monotonic_ns()
-        ctx.scheduler = self
         self._running += 1
         if self._idle is not None:
             self._idle.clear()
@@ -298,7 +297,7 @@ class _Run:
         if self.held is not None:
             ctx.send(self.held)
         err = ModelyardError(f"in ensemble '{r.model_name}', {error.message}", error.code)
-        ctx.extra["fail_reason"] = "OTHER"  # Triton's reason for a failed ensemble request
+        ctx.fail_reason = "OTHER"  # Triton's reason for a failed ensemble request
         ctx.send(InferResponse(r.model_name, r.model_version, r.id, error=err))
         stats = self.sched.stats
         if stats is not None and not self.running:

@@ -33,8 +33,6 @@ from modelyard.serving.stats import ModelStats
 from modelyard.types import SEQUENCE_START, InferResponse
 
 _START, _READY, _END, _CORRID = 0, 1, 2, 3  # ModelSequenceBatching.Control.Kind
-_N_INPUTS = "iterative.n_inputs"  # ctx.extra: the request's own inputs, before control inputs
-_RAN_CANCELLED = "iterative.ran_cancelled"  # ctx.extra: it last ran already cancelled
 
 
 @dataclass(eq=False)
@@ -92,14 +90,13 @@ class IterativeSequenceBatcher(BatchTasks):
             )
         if self.pending >= self._max_queue:
             raise Unavailable(f"exceeds maximum queue size for model '{self.model_name}'")
-        ctx.extra[_N_INPUTS] = len(req.inputs)
-        ctx.scheduler = self
+        ctx.own_inputs = len(req.inputs)
         ctx.reschedule = self._reschedule
         self._enqueue(ctx)
 
     def _enqueue(self, ctx: RequestContext) -> None:
         req = ctx.request
-        n = ctx.extra[_N_INPUTS]
+        n = ctx.own_inputs
         req.inputs = [
             *req.inputs[:n],
             *control_tensors(self._controls, self._batched, req.flags, req.correlation_id),
@@ -122,7 +119,7 @@ class IterativeSequenceBatcher(BatchTasks):
         draining: the request is still in flight). A request cancelled meanwhile runs once
         more with ``is_cancelled()`` true, so the model can drop the sequence's state (beyond
         Triton, which drops it unseen); rescheduled again after that, it ends CANCELLED."""
-        if ctx.cancelled and ctx.extra.get(_RAN_CANCELLED):
+        if ctx.cancelled and ctx.ran_cancelled:
             r = ctx.request
             err = Cancelled("Request was cancelled")
             ctx.send(InferResponse(r.model_name, r.model_version, r.id, error=err))
@@ -180,7 +177,7 @@ class IterativeSequenceBatcher(BatchTasks):
             if seq.queue and not seq.running:
                 seq.running = True
                 ctx = seq.queue.popleft()
-                ctx.extra[_RAN_CANCELLED] = ctx.cancelled
+                ctx.ran_cancelled = ctx.cancelled
                 batch.append(ctx)
                 seqs.append(seq)
         if not batch:

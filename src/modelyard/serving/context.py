@@ -11,14 +11,15 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from modelyard.errors import Cancelled, ErrorCode
 from modelyard.serving.deadlock import release
 from modelyard.types import InferResponse as InferResponseCls
 
 if TYPE_CHECKING:
+    from modelyard.serving.deadlock import Placed
     from modelyard.serving.stats import ModelStats
     from modelyard.tracing.trace import RequestTrace
     from modelyard.types import InferRequest, InferResponse
@@ -46,14 +47,15 @@ class RequestContext:
     # Instances blocked until this request completes (BLS callers); see backends/python/server/bls.py.
     chain: frozenset[str] = frozenset()
     batch_size: int = 1  # the request's own batch dimension (1 for non-batching models)
-    # For a blocking BLS call: the instance whose execute waits on it, and where it queued.
+    # For a blocking BLS call: the instance whose execute waits on it, and where it queued
+    # (a scheduler with instances of its own; None for ensembles and iterative sequences,
+    # which the deadlock check takes as able to progress).
     caller: str = ""
-    scheduler: Any = None
+    scheduler: Placed | None = None
     nested: bool = False  # made by a request in flight (BLS call, ensemble step)
     # Timing (ns, time.monotonic_ns) for statistics.
     t_queued: int = 0
     t_start: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     on_cancel: Callable[[], None] | None = None
     # More listeners (BLS calls this request made, see backends/python/server/bls.py), by token.
@@ -103,6 +105,12 @@ class RequestContext:
     # An error response from the model (InferenceResponse(error=...)) was sent: the request
     # counts as failed (reason BACKEND), not as a success as in Triton 2.51.
     failed: bool = False
+    # Triton's failure reason when it is not the error's (an ensemble's failed step: OTHER).
+    fail_reason: str = ""
+    # An iterative sequence's own: its inputs before control inputs, and whether it last ran
+    # already cancelled (scheduling/iterative.py).
+    own_inputs: int = 0
+    ran_cancelled: bool = False
     responded: bool = False  # a response has been sent (the first one is timed)
 
     def send(self, response: InferResponse) -> None:
@@ -138,7 +146,7 @@ class RequestContext:
     def _fail_reason(self, response: InferResponse) -> str:
         """Triton's reason label: cancelled, refused before running (queue full, timed out in
         the queue), failed while running, or another cause the sender names."""
-        reason: str | None = self.extra.get("fail_reason")
+        reason: str | None = self.fail_reason or None
         if reason:
             return reason
         code = response.error.code if response.error is not None else None

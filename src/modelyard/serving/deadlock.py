@@ -25,13 +25,15 @@ class _Named(Protocol):
     def name(self) -> str: ...
 
 
-class _Placed(Protocol):
+class Placed(Protocol):
+    """A scheduler as the deadlock check sees it."""
+
     def instances_busy(self) -> Iterable[tuple[_Named, bool]]:
         """Every instance of the model with whether it is busy."""
 
 
 def can_progress(
-    ctx: RequestContext, sched: _Placed, visiting: frozenset[str] = frozenset()
+    ctx: RequestContext, sched: Placed, visiting: frozenset[str] = frozenset()
 ) -> bool:
     for instance, busy in sched.instances_busy():
         if not busy:
