@@ -33,6 +33,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     return ServerOptions(
         repositories=list(args.model_repository),
         control_mode=args.model_control_mode,
+        namespacing=getattr(args, "model_namespacing", False),  # (serve's flag, not dev's)
         load_models=list(args.load_model),
         server_id=args.id,
         strict_readiness=args.strict_readiness,
@@ -404,6 +405,8 @@ def serve(args: argparse.Namespace, setup: Any | None = None) -> int:
     check_cloud_flags(args)
     loop = os.environ.get("MODELYARD_EVENT_LOOP", "uvloop")
     if getattr(args, "ray", ""):
+        if getattr(args, "model_namespacing", False):
+            raise SystemExit("--model-namespacing is not supported with --ray")
         try:
             from modelyard.ray.driver import run
         except ImportError as e:

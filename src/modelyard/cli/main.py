@@ -257,6 +257,14 @@ def add_serve_flags(
         metavar="N",
         help="load a version whose instances fail to start up to N more times",
     )
+    if not dev:  # (dev reloads models by folder name)
+        _flag(
+            s,
+            "--model-namespacing",
+            False,
+            "each --model-repository a namespace: a name several of them hold is a model in "
+            "each (a request by that name alone is refused as ambiguous)",
+        )
     _add_config_name(s)
     _flag(
         s,

@@ -16,6 +16,8 @@ from modelyard.tracing.config import TraceConfig
 class ServerOptions:
     repositories: list[str] = field(default_factory=list)
     control_mode: str = "none"  # none | explicit | poll
+    # --model-namespacing: each repository a namespace, one name may be a model in several
+    namespacing: bool = False
     load_models: list[str] = field(default_factory=list)
     server_id: str = "triton"
     strict_readiness: bool = True
