@@ -11,9 +11,10 @@ and ``msgspec`` that the channel uses, from a folder that holds nothing else) is
 environment, as Triton requires.
 
 An archive is extracted once per server process into a private folder (entries that would
-land outside it are refused: absolute paths, ``..``, writing through a symlink) and again
-when its modification time changes; a superseded extraction stays until the server exits,
-for the workers of a version still serving during a reload. The environment's Python must
+land outside it are refused as Triton 26.06 refuses them: absolute paths, ``..``, writing
+through a symlink, with libarchive's texts) and again when its modification time changes;
+a superseded extraction stays until the server exits, for the workers of a version still
+serving during a reload. The environment's Python must
 have the server's major.minor version (Triton's stub has the same rule).
 """
 
@@ -23,13 +24,14 @@ import atexit
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("modelyard")
@@ -149,40 +151,89 @@ class EnvironmentManager:
         return str(folder)
 
 
+# Triton 26.06's Python backend (python_backend r26.06 src/pb_env.cc ExtractTarFile) extracts
+# with libarchive's SECURE_NODOTDOT, SECURE_NOABSOLUTEPATHS and SECURE_SYMLINKS flags; an entry
+# they refuse fails the load (INTERNAL) with libarchive's text in this frame.
+_HEADER_FAILED = "archive_write_header() failed with error code = {} error message is {}"
+_ARCHIVE_FAILED = -25
+_ARCHIVE_WARN = -20
+
+
 def extract(archive: str, dest: Path) -> None:
-    """Unpack a (gzipped) tar into ``dest``, refusing any entry that would be written outside
-    it: an absolute path, a ``..`` component, a path through a symlink, or a hard link to a
-    file outside (what Triton's libarchive flags SECURE_NOABSOLUTEPATHS, SECURE_NODOTDOT and
-    SECURE_SYMLINKS refuse)."""
+    """Unpack a (gzipped) tar into ``dest``, refusing what Triton's libarchive refuses: an
+    absolute path, a ``..`` component, a path through a symlink, a hard link whose target is
+    any of those (with libarchive's texts: "Path is absolute", "Path contains '..'",
+    "Cannot extract through symlink <path>")."""
     base = os.path.realpath(dest)
     try:
         with tarfile.open(archive, "r:*") as tar:
             for member in tar:
-                _check_member(member, base)
-                if member.islnk():
-                    _check_name(member.linkname, member.name)
-                tar.extract(member, base, **_filter())
-    except (tarfile.TarError, OSError, EnvError) as e:
+                if _check_entry(member, base):
+                    tar.extract(member, base, **_filter())
+    except EnvError:
+        raise
+    except (tarfile.TarError, OSError) as e:
         raise EnvError(f"Failed to extract the Python execution env {archive}: {e}") from None
 
 
-def _check_member(member: tarfile.TarInfo, base: str) -> None:
-    _check_name(member.name, member.name)
-    # Resolving what is on disk now catches a path through a symlink extracted earlier.
-    target = os.path.realpath(os.path.join(base, member.name))
-    if os.path.commonpath([target, base]) != base:
-        raise EnvError(
-            f"archive entry '{member.name}' would be written outside the environment folder "
-            "(through a symlink)"
-        )
+def _refused(code: int, text: str) -> EnvError:
+    return EnvError(_HEADER_FAILED.format(code, text))
 
 
-def _check_name(name: str, entry: str) -> None:
-    path = PurePosixPath(name)
-    if path.is_absolute() or name.startswith("\\"):
-        raise EnvError(f"archive entry '{entry}' has an absolute path")
-    if ".." in path.parts:
-        raise EnvError(f"archive entry '{entry}' has a '..' component")
+def _check_entry(member: tarfile.TarInfo, base: str) -> bool:
+    """libarchive's checks of one entry, in its order; False when the entry is written here
+    (a hard link to a symlink: linked, not followed, as libarchive's linkat does)."""
+    name = _clean(member.name)
+    if member.islnk() and name == member.linkname:
+        raise _refused(_ARCHIVE_WARN, f"Skipping hardlink pointing to itself: {name}")
+    _check_symlinks(base, name, hard_link_target=False)
+    if not member.islnk():
+        return True
+    target = _clean(member.linkname)
+    if _check_symlinks(base, target, hard_link_target=True):
+        os.makedirs(os.path.dirname(os.path.join(base, name)), exist_ok=True)
+        os.link(os.path.join(base, target), os.path.join(base, name), follow_symlinks=False)
+        return False
+    return True
+
+
+def _clean(path: str) -> str:
+    """libarchive's cleanup_pathname: the path without empty and '.' components."""
+    if not path:
+        raise _refused(_ARCHIVE_FAILED, "Invalid empty pathname")
+    if path.startswith("/"):
+        raise _refused(_ARCHIVE_FAILED, "Path is absolute")
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise _refused(_ARCHIVE_FAILED, "Path contains '..'")
+    return "/".join(parts) or "."
+
+
+def _check_symlinks(base: str, path: str, hard_link_target: bool) -> bool:
+    """libarchive's check_symlinks_fsobj: no folder on the way may be a symlink on disk. A
+    symlink as the last component is removed (the entry replaces it), or for a hard link's
+    target kept; True in that last case."""
+    parts = path.split("/")
+    current = base
+    for i, part in enumerate(parts):
+        current = os.path.join(current, part)
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return False
+        except OSError:  # e.g. a file where a folder should be
+            raise _refused(_ARCHIVE_FAILED, f"Could not stat {path}") from None
+        if not stat.S_ISLNK(st.st_mode):
+            continue
+        if i < len(parts) - 1:
+            raise _refused(_ARCHIVE_FAILED, f"Cannot extract through symlink {path}")
+        if hard_link_target:
+            return True
+        try:
+            os.unlink(current)
+        except OSError:
+            raise _refused(_ARCHIVE_FAILED, f"Could not remove symlink {path}") from None
+    return False
 
 
 def _filter() -> dict[str, Any]:
