@@ -144,3 +144,44 @@ def test_dev_points_at_a_model_broken_from_the_start(tmp_path: Path) -> None:
     finally:
         assert server.stop() == 0
     assert server.output().rstrip().endswith('"stopped"')
+
+
+def test_dev_prints_a_failed_execute_once_at_its_line(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(
+        EXAMPLES / "add_sub", repo / "add_sub", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    model_py = repo / "add_sub" / "1" / "model.py"
+    lines = model_py.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "def execute" in line) + 1
+    lines.insert(at, '        raise ValueError("boom in execute")')
+    model_py.write_text("\n".join(lines) + "\n")
+    server = start_server(repo, "--allow-metrics=false", command="dev", expect=("http", "grpc"))
+    try:
+        server.wait_for_log("watching")
+        client = httpclient.InferenceServerClient(server.http_url)
+        ones = np.ones(4, np.float32)
+        with pytest.raises(Exception, match="boom in execute"):
+            client.infer("add_sub", [http_input("INPUT0", ones), http_input("INPUT1", ones)])
+        server.wait_for_log(f"  {model_py}:{at + 1}: Failed to process the request(s)")
+        server.wait_for_log('"      raise ValueError(\\"boom in execute\\")"')
+    finally:
+        assert server.stop() == 0
+    assert server.output().count("execute failed:") == 1
+
+
+def test_dev_reports_a_syntax_error_once(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(
+        EXAMPLES / "add_sub", repo / "add_sub", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    model_py = repo / "add_sub" / "1" / "model.py"
+    model_py.write_text(model_py.read_text() + "\ndef broken(:\n")
+    server = start_server(repo, "--allow-metrics=false", command="dev", expect=("http", "grpc"))
+    try:
+        server.wait_for_log("watching")
+    finally:
+        assert server.stop() == 0
+    out = server.output()
+    assert out.count("SyntaxError") == 1, out  # dev's own report, not the server's line too
+    assert f"{model_py}:" in out

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from modelyard.error_location import describe
 from modelyard.errors import ModelyardError
 from modelyard.server import serve
+from modelyard.serving import model_errors
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
@@ -42,7 +43,16 @@ def run_dev(args: argparse.Namespace) -> int:
     args.backend_config = ["python,execution-mode=in-process", *args.backend_config]
     # A source edited within the second its bytecode was cached could load stale code.
     sys.dont_write_bytecode = True
+    log.addFilter(_one_report_per_failed_load)
     return serve(args, setup=lambda core: _start(core, args.model_repository))
+
+
+def _one_report_per_failed_load(record: logging.LogRecord) -> bool:
+    """dev reports a failed load itself, at the file and line with the source; the server's
+    one-line form of the same failure (its escaped traceback) would say it twice."""
+    return not (
+        record.module == "model_control" and record.getMessage().startswith("failed to load")
+    )
 
 
 async def _start(core: InferenceServer, repositories: list[str]) -> Watcher:
@@ -51,10 +61,30 @@ async def _start(core: InferenceServer, repositories: list[str]) -> Watcher:
             log.error("model '%s' is not serving:", entry.name)
             for line in describe(entry.reason):
                 log.error("%s", line)
+    model_errors.listen(ExecuteErrors())
     watcher = Watcher(core, [Path(r).absolute() for r in repositories])
     await watcher.start()
     log.info("watching %s for changes", ", ".join(repositories))
     return watcher
+
+
+class ExecuteErrors:
+    """Prints a failed ``execute`` once, at the model's file and line: every request of the
+    batch fails with the same message, and only the first of them is shown."""
+
+    def __init__(self, window_s: float = 1.0) -> None:
+        self._window_s = window_s
+        self._last: tuple[str, str] = ("", "")
+        self._at = 0.0
+
+    def __call__(self, model: str, message: str) -> None:
+        now = time.monotonic()
+        if (model, message) == self._last and now - self._at < self._window_s:
+            return
+        self._last, self._at = (model, message), now
+        log.error("model '%s': execute failed:", model)
+        for line in describe(message):
+            log.error("%s", line)
 
 
 class Watcher:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from modelyard.errors import Cancelled, ErrorCode
+from modelyard.serving import model_errors
 from modelyard.serving.deadlock import release
 from modelyard.types import InferResponse as InferResponseCls
 
@@ -137,7 +138,10 @@ class RequestContext:
                         self.t_received, self.t_queued, self.t_start, t1, self.batch_size
                     )
                 else:
-                    self.stats.record_failure(self.t_received, t1, self._fail_reason(response))
+                    reason = self._fail_reason(response)
+                    self.stats.record_failure(self.t_received, t1, reason)
+                    if reason == "BACKEND" and not self.failed and response.error is not None:
+                        model_errors.report(response.model_name, response.error.message)
         try:
             self.on_response(response)
         except Exception:  # the sender (an instance, a scheduler) must not die of a sink's fault
