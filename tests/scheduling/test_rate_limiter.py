@@ -307,6 +307,18 @@ def test_unregistering_frees_what_a_running_instance_holds() -> None:
     assert rl.limits() == {}
 
 
+def test_unregistering_lets_a_waiting_instance_go_without_resources() -> None:
+    rl = RateLimiter()
+    hold, a = one(rl, "h", limits(("R", 1))), one(rl, "a", limits(("R", 1)))
+    runs = Runs(rl)
+    runs.stage(hold)
+    runs.stage(a)
+    rl.unregister([a])  # its version stopped while a request waited for it
+    assert runs.order == ["h", "a"] and rl.allocated() == {(0, "R"): 1}
+    runs.finish(a)
+    assert rl.allocated() == {(0, "R"): 1}
+
+
 def test_a_larger_ask_registered_later_raises_the_limit_for_those_waiting() -> None:
     rl = RateLimiter()
     a, b = one(rl, "a", limits(("R", 1))), one(rl, "b", limits(("R", 1)))

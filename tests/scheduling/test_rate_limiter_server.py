@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from modelyard.cli.main import build_parser
 from tests.conftest import Serving
-from tests.helpers import MODES, Served
+from tests.helpers import MODES, Served, infer_http
 from tests.scheduling import rate_limit_probes as rl
 from tests.scheduling.rate_limit_probes import Probe
 
@@ -30,7 +31,8 @@ CONFLICT = (
 
 @pytest.fixture(scope="module", params=MODES)
 def limited(request: pytest.FixtureRequest, serving: Serving) -> Iterator[Served]:
-    with serving.server(None, *ON, models=rl.MODELS, mode=request.param) as srv:
+    models = (*rl.MODELS, "resched_once")
+    with serving.server(None, *ON, models=models, mode=request.param) as srv:
         yield Served(srv, request.param)
 
 
@@ -60,6 +62,14 @@ def test_a_dynamic_batch_grows_while_it_waits(limited: Served, tmp_path: Path) -
 
 def test_a_sequence_waits_for_the_resource(limited: Served, tmp_path: Path) -> None:
     assert rl.sequence_waits(probe(limited, tmp_path))
+
+
+def test_a_rescheduled_request_takes_its_turn_again(limited: Served) -> None:
+    """An iterative sequence (resched_once runs each request twice) under the limiter."""
+    with limited.http() as client:
+        for _ in range(3):
+            result = infer_http(client, "resched_once", {"IN": np.ones(4, np.float32)})
+            assert result.as_numpy("EXECS").tolist() == [2]
 
 
 def test_one_resource_both_global_and_per_device_fails_the_load(limited: Served) -> None:

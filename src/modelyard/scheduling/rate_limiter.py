@@ -84,8 +84,8 @@ class InstanceLimits:
 
 def instance_limits(cfg: Any) -> list[InstanceLimits]:
     """Each instance's limits, in the order the backends create instances (group by group,
-    ``count`` each). Instances are on device 0 unless a KIND_GPU group names its GPUs (CPU and
-    MODEL instances are on device 0 in Triton too)."""
+    ``count`` each, at least one). Instances are on device 0 unless a KIND_GPU group names its
+    GPUs (CPU and MODEL instances are on device 0 in Triton too)."""
     out: list[InstanceLimits] = []
     for group in cfg.instance_group:
         rl = group.rate_limiter
@@ -157,16 +157,23 @@ class RateLimiter:
 
     def unregister(self, tickets: Iterable[Ticket]) -> None:
         """Forget instances (their version stopped). Resources a running batch still holds come
-        back now; its later release is ignored."""
+        back now; its later release is ignored. An instance still waiting for its turn gets it
+        at once, without resources, so what waited for it is answered (by a stopping
+        instance) rather than left waiting."""
         gone = {id(t) for t in tickets}
+        waiting: list[Callable[[], None]] = []
         for ticket in self._tickets:
             if id(ticket) in gone:
                 if ticket.state == "allocated":
                     self._give_back(ticket)
+                if ticket.state == "staged" and ticket.on_grant is not None:
+                    waiting.append(ticket.on_grant)
                 ticket.state, ticket.on_grant = "removed", None
         self._tickets = [t for t in self._tickets if id(t) not in gone]
         self._limits = self._compute_limits()  # (fewer asks cannot break what held)
         self._allocate()
+        for callback in waiting:
+            callback()
 
     def _compute_limits(self) -> dict[Key, int]:
         most: dict[Key, int] = {}
@@ -289,8 +296,9 @@ class Gate:
 
     def request(self, instance: object, on_grant: Callable[[], None]) -> None:
         ticket = self._by_instance[id(instance)]
-        if ticket.state == "removed":
-            return  # the version stopped: nothing runs on it any more
+        if ticket.state == "removed":  # the version stopped: what is left runs (and fails) now
+            on_grant()
+            return
         self.limiter.request(ticket, on_grant)
 
     def released(self, instance: object, executed: bool = True) -> Any:
