@@ -369,3 +369,11 @@ def test_a_config_given_as_a_dict() -> None:
         assert out.tolist() == [1.0, 2.0]
         [refused] = model.infer({"INPUT0": np.ones(3, np.float32)})
         assert "unexpected shape for input 'INPUT0'" in refused.error().message()
+
+
+def test_a_missing_model_folder_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(LoadError) as e:
+        load_model(tmp_path / "no_such_model")
+    assert str(e.value) == (
+        f"model 'no_such_model' failed to load: there is no model folder {tmp_path}/no_such_model"
+    )

@@ -104,6 +104,9 @@ class ModelHandle:
     ) -> None:
         self.name = model_dir.name
         self.timeout = timeout
+        self._closed = True  # (until the loop runs: close() has nothing to stop before)
+        if not model_dir.is_dir():
+            raise LoadError(self.name, f"there is no model folder {model_dir}")
         self._closed = False
         self._loop = LoopThread(self.name)
         options = ServerOptions(
