@@ -5,7 +5,9 @@ Follows Triton 2.51 (``ModelRepositoryManager::Poll``, ``VersionsToLoad``):
 - every sub-directory of a repository is a model, named after the directory (files are
   ignored; hidden directories count, as in Triton);
 - a name found in two or more repositories is an error for that model only
-  ("model appears in two or more repositories"), the others are served;
+  ("model appears in two or more repositories"), the others are served; with
+  ``--model-namespacing`` each repository is a namespace and every copy is a model of its own
+  (``ModelLocation.key``);
 - version directories are the sub-directories whose names are decimal integers; names with
   leading zeros ("01") and non-numeric names are ignored (Triton logs a warning);
 - ``version_policy`` picks ``latest { num_versions }`` (default 1), ``all`` or ``specific``;
@@ -29,6 +31,7 @@ __all__ = [
     "ModelLocation",
     "available_versions",
     "model_config_path",
+    "namespaced_key",
     "scan_repositories",
     "select_versions",
     "validate_model_name",
@@ -49,13 +52,17 @@ class ModelLocation:
 
     ``path`` is the model directory in the first repository that has it. When the name is
     found in more than one repository, ``duplicates`` lists every such directory and
-    ``error`` says why the model cannot be loaded.
+    ``error`` says why the model cannot be loaded. With namespacing, ``namespace`` is the
+    repository as given on the command line (Triton's namespace) and duplicates are none.
     """
 
     name: str
     path: Path
     repository: Path
     duplicates: tuple[Path, ...] = field(default=())
+    namespace: str = ""
+    # With namespacing, a name held by several repositories is keyed per repository.
+    qualified: bool = False
 
     @property
     def error(self) -> str:
@@ -65,14 +72,35 @@ class ModelLocation:
     def loadable(self) -> bool:
         return not self.duplicates
 
+    @property
+    def key(self) -> str:
+        """How the server tells this model apart: its name, or with namespacing and a name
+        other repositories hold too, ``<repository>::<name>`` (Triton's identifier)."""
+        return namespaced_key(self.namespace, self.name) if self.qualified else self.name
 
-def scan_repositories(paths: list[Path] | list[str]) -> dict[str, ModelLocation]:
-    """Every model directory of every repository, by model name (sorted by name).
+
+def namespaced_key(namespace: str, name: str) -> str:
+    """Triton's ``ModelIdentifier::str()``: ``<namespace>::<name>``, or the name alone."""
+    return f"{namespace}::{name}" if namespace else name
+
+
+def scan_repositories(
+    paths: list[Path] | list[str],
+    namespacing: bool = False,
+    shared: frozenset[str] = frozenset(),
+) -> dict[str, ModelLocation]:
+    """Every model directory of every repository, by ``ModelLocation.key`` (sorted by name).
+
+    Without ``namespacing`` a name in several repositories is one location with
+    ``duplicates``. With it, each copy is a location of its own, keyed per repository; so are
+    the names in ``shared`` (names that were held by several repositories before: their keys
+    stay the same when one copy goes away).
 
     A repository that does not exist or is not a directory raises ConfigError naming it.
     """
-    found: dict[str, list[tuple[Path, Path]]] = {}
-    for repo in (Path(p) for p in paths):
+    found: dict[str, list[tuple[str, Path, Path]]] = {}
+    for given in paths:
+        repo = Path(given)
         try:
             entries = sorted(os.scandir(repo), key=lambda e: e.name)
         except OSError as exc:
@@ -81,12 +109,18 @@ def scan_repositories(paths: list[Path] | list[str]) -> dict[str, ModelLocation]
             ) from None
         for entry in entries:
             if _is_dir(entry):
-                found.setdefault(entry.name, []).append((repo, Path(entry.path)))
+                found.setdefault(entry.name, []).append((str(given), repo, Path(entry.path)))
     result: dict[str, ModelLocation] = {}
     for name in sorted(found):
         places = found[name]
-        repo, path = places[0]
-        dups = tuple(p for _, p in places) if len(places) > 1 else ()
+        if namespacing:
+            qualified = len(places) > 1 or name in shared
+            for namespace, repo, path in places:
+                loc = ModelLocation(name, path, repo, namespace=namespace, qualified=qualified)
+                result[loc.key] = loc
+            continue
+        _, repo, path = places[0]
+        dups = tuple(p for _, _, p in places) if len(places) > 1 else ()
         if dups:
             log.error("failed to poll model '%s': not unique across all model repositories", name)
         result[name] = ModelLocation(name=name, path=path, repository=repo, duplicates=dups)

@@ -58,7 +58,7 @@ class InferenceServer(ModelControl):
 
     def __init__(self, options: ServerOptions):
         self.options = options
-        self.registry = ModelRegistry(options.repositories)
+        self.registry = ModelRegistry(options.repositories, options.namespacing)
         # Tracing: settings, sampling, sinks; the last finished traces and the BLS call graph
         # (what the dashboard reads).
         self.tracer = Tracer(options.trace)
@@ -90,6 +90,10 @@ class InferenceServer(ModelControl):
             names = self.options.load_models
             if "*" in names:
                 names = sorted(self.registry.locations)
+            else:  # (with namespacing, a name's copy in every repository)
+                names = [
+                    k for n in names for k in self.registry.keys_named(n, self.registry.locations)
+                ]
         else:
             names = sorted(self.registry.locations)
         if mode == "poll":
@@ -162,16 +166,19 @@ class InferenceServer(ModelControl):
     def get_version(self, name: str, version: str = "") -> ModelVersion:
         """The model version a request names: the latest ready one when version is ""."""
         v = parse_version(version)
-        entry = self.registry.entries.get(name)
-        if entry is None:
-            raise NotFound(f"Request for unknown model: '{name}' is not found")
+        entry = self.registry.find(name)  # (with namespacing: Triton's answers for a name)
+        if entry is None or (not entry.versions and entry.state == ""):  # (a failed ensemble)
+            who = name if entry is None else self.registry.label(entry.name)
+            raise NotFound(f"Request for unknown model: '{who}' is not found")
         if v is None:
             if not entry.versions:
-                raise NotFound(f"Request for unknown model: '{name}' has no available versions")
+                who = self.registry.label(entry.name)
+                raise NotFound(f"Request for unknown model: '{who}' has no available versions")
             return entry.versions[max(entry.versions)]
         mv = entry.versions.get(v)
         if mv is None:
-            raise NotFound(f"Request for unknown model: '{name}' version {v} is not found")
+            who = self.registry.label(entry.name)
+            raise NotFound(f"Request for unknown model: '{who}' version {v} is not found")
         return mv
 
     def _ready_version(self, name: str, version: str) -> ModelVersion | None:
@@ -179,7 +186,7 @@ class InferenceServer(ModelControl):
             mv = self.get_version(name, version)
         except ModelyardError:
             return None
-        entry = self.registry.entries.get(name)
+        entry = self.registry.lookup(name)
         return mv if entry is not None and entry.state == "READY" else None
 
     def model_ready(self, name: str, version: str = "") -> bool:
@@ -197,7 +204,8 @@ class InferenceServer(ModelControl):
         if version:
             versions = [version]
         else:
-            versions = [str(v) for v in sorted(self.registry.entries[name].versions)]
+            entry = self.registry.lookup(name)
+            versions = [str(v) for v in sorted(entry.versions)] if entry else [str(mv.version)]
         return render_metadata(mv.config, versions)
 
     def model_config(self, name: str, version: str = "") -> Any:
@@ -343,7 +351,7 @@ class InferenceServer(ModelControl):
                 for _, mv in sorted(e.versions.items())
             ]
             return {"model_stats": stats}
-        entry = self.registry.entries.get(name)
+        entry = self.registry.lookup(name)
         if entry is None or not entry.versions:
             raise InvalidArgument(f"requested model '{name}' is not available")
         if version:
@@ -400,14 +408,14 @@ class InferenceServer(ModelControl):
         return self.log_settings.as_dict()
 
     def get_trace_settings(self, model: str = "") -> dict[str, Any]:
-        if model and model not in self.registry.entries:
+        if model and self.registry.lookup(model) is None:
             raise InvalidArgument(f"Request for unknown model : {model}")
         return self.tracer.get_settings(model)
 
     def update_trace_settings(self, model: str, settings: dict[str, Any]) -> dict[str, Any]:
         """``settings``: parsed by ``modelyard.tracing.settings.parse_update`` (levels as
         bits, numbers as ints, None to clear)."""
-        if model and model not in self.registry.entries:
+        if model and self.registry.lookup(model) is None:
             raise InvalidArgument(f"Request for unknown model : {model}")
         return self.tracer.update_settings(model, settings)
 

@@ -3,14 +3,16 @@
 As in Triton, the step models must be loaded first: in explicit mode loading an ensemble loads
 the step models it names that are not loaded yet; while the server starts, the ensemble waits
 for the step models loading beside it. A step model that is not available fails the ensemble
-with Triton's message.
+with Triton's message. With ``--model-namespacing`` a step calls the copy of its model in the
+ensemble's own repository, else the only copy there is (``ModelRegistry.step_key``), chosen
+again for every request, so a copy that appears or goes is followed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,13 +20,15 @@ from typing import TYPE_CHECKING, Any
 from modelyard.config import render
 from modelyard.config.normalize import normalize_config
 from modelyard.config.pbtxt import parse_config_text
-from modelyard.config.repository import available_versions, select_versions
+from modelyard.config.repository import available_versions, namespaced_key, select_versions
 from modelyard.config.validate import validate_config
 from modelyard.core.model_version import ModelVersion
 from modelyard.core.validation import ModelSignature, signature_from_config
 from modelyard.errors import InvalidArgument, ModelyardError
-from modelyard.scheduling.ensemble import EnsembleScheduler, Step, steps_from_config
+from modelyard.scheduling.ensemble import EnsembleScheduler, Step, SubmitFn, steps_from_config
+from modelyard.serving.context import RequestContext
 from modelyard.serving.stats import ModelStats
+from modelyard.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
@@ -47,24 +51,33 @@ async def load_ensemble(
     versions = select_versions(cfg, available_versions(model_dir))
     steps = steps_from_config(cfg)
     models = sorted({s.model for s in steps})
-    missing = [
-        m for m in models if m not in core.registry.locations and m not in core.registry.entries
-    ]
+    registry = core.registry
+    namespace = registry.namespace_at(model_dir)
+    keys = {m: registry.step_key(m, namespace) for m in models}
+    missing = [m for m in models if keys[m] is None]
     for model in models:
-        if model not in missing:
-            await _ensure_loaded(core, name, model)
+        key = keys[model]
+        if key is not None:
+            await _ensure_loaded(core, name, key)
+            await _load_other_copies(core, model, key)
     if missing:
         raise EnsembleLoadError(
-            f"ensemble {name} contains models that are not available or "
-            f"ambiguous: {', '.join(missing)}"
+            f"ensemble {namespaced_key(namespace, name)} contains models that are not "
+            f"available or ambiguous: {', '.join(missing)}"
         )
-    steps = [replace(step, decoupled=_check_step(core, name, step)) for step in steps]
+    steps = [
+        replace(step, decoupled=_check_step(core, name, step, str(keys[step.model])))
+        for step in steps
+    ]
+    for cfg_step in cfg.ensemble_scheduling.step:  # (rendered by the config endpoint)
+        cfg_step.model_namespace = registry.identity(str(keys[cfg_step.model_name])).namespace
     # Triton derives the ensemble's transaction policy from its steps: decoupled if one is.
     cfg.model_transaction_policy.decoupled = any(step.decoupled for step in steps)
     signature = signature_from_config(cfg)
     out: list[ModelVersion] = []
     for v in sorted(versions, reverse=True):
-        sched = EnsembleScheduler(name, steps, core.submit, list(signature.outputs))
+        submit = _submit_in(core, namespace) if registry.namespacing else core.submit
+        sched = EnsembleScheduler(name, steps, submit, list(signature.outputs))
         sched.stats = ModelStats(name, str(v))
         sched.call_graph = core.call_graph
         out.append(
@@ -88,7 +101,8 @@ def _loading_at_start(core: InferenceServer, model: str) -> bool:
     if core._started:
         return False
     opts = core.options
-    return opts.control_mode != "explicit" or "*" in opts.load_models or model in opts.load_models
+    named = core.registry.name_of(model) in opts.load_models
+    return opts.control_mode != "explicit" or "*" in opts.load_models or named
 
 
 async def _ensure_loaded(core: InferenceServer, ensemble: str, model: str) -> None:
@@ -115,14 +129,46 @@ async def _ensure_loaded(core: InferenceServer, ensemble: str, model: str) -> No
     entry = core.registry.entries.get(model)
     if entry is None or entry.state != "READY":
         raise EnsembleLoadError(
-            f"ensemble '{ensemble}' depends on '{model}' whose required version -1 is not loaded"
+            f"ensemble '{ensemble}' depends on '{core.registry.name_of(model)}' whose required "
+            "version -1 is not loaded"
         )
 
 
-def _check_step(core: InferenceServer, ensemble: str, step: Step) -> bool:
-    """Check the step against its model; return whether that model is decoupled."""
+async def _load_other_copies(core: InferenceServer, model: str, key: str) -> None:
+    """In explicit mode Triton loads a step's model in every repository holding it (it
+    polls the name), not only the copy the ensemble calls: so do we, failures ignored."""
+    registry = core.registry
+    if core.options.control_mode != "explicit" or model not in registry.shared:
+        return
+    for other in registry.keys_named(model, registry.locations):
+        entry = registry.entries.get(other)
+        if other != key and (entry is None or entry.idle):
+            try:
+                await core._load(other, from_model=True)
+            except ModelyardError:
+                pass  # (its index entry tells why)
+
+
+def _submit_in(core: InferenceServer, namespace: str) -> SubmitFn:
+    """Submit an ensemble's step requests to the copy of each step model the ensemble in
+    ``namespace`` calls, looked up per request."""
+    registry = core.registry
+
+    def submit(
+        request: InferRequest, on_response: Callable[[InferResponse], None]
+    ) -> RequestContext:
+        key = registry.step_key(request.model_name, namespace)
+        if key is not None:
+            request.model_name = key  # (a step's own request: nobody else reads the name)
+        return core.submit(request, on_response)
+
+    return submit
+
+
+def _check_step(core: InferenceServer, ensemble: str, step: Step, key: str) -> bool:
+    """Check the step against its model (``key``); return whether that model is decoupled."""
     try:
-        mv = core.get_version(step.model, step.version)
+        mv = core.get_version(key, step.version)
     except ModelyardError:
         raise EnsembleLoadError(
             f"ensemble '{ensemble}' depends on '{step.model}' whose required version "

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from modelyard import logs
+from modelyard.core.registry import UnresolvedName
 from modelyard.core.validation import validate
-from modelyard.errors import ModelyardError
+from modelyard.errors import ModelyardError, NotFound
 from modelyard.scheduling.default import DefaultScheduler
 from modelyard.serving.context import RequestContext
 from modelyard.serving.host import ModelLogRecord
@@ -23,12 +24,27 @@ if TYPE_CHECKING:
 class CoreHost:
     def __init__(self, core: InferenceServer):
         self._core = core
-        # The calls every BLS request makes go straight to the core (no extra frame).
-        self.submit = core.submit
+        # The calls every BLS request makes go straight to the core (no extra frame), but
+        # with namespacing: see _submit_by_name.
+        self.submit = self._submit_by_name if core.options.namespacing else core.submit
         self.is_decoupled = core.is_decoupled
         self.model_ready = core.model_ready
         self.check_model_ready = core.check_model_ready
         self.tracer = core.tracer
+
+    def _submit_by_name(
+        self,
+        request: InferRequest,
+        on_response: Callable[[InferResponse], None],
+        chain: frozenset[str] = frozenset(),
+        caller: str = "",
+    ) -> RequestContext:
+        """A BLS call by a name that means no model or several is answered as Triton's stub
+        answers it, which asks whether the model is ready first: not found (not ready)."""
+        try:
+            return self._core.submit(request, on_response, chain, caller)
+        except UnresolvedName as e:
+            raise NotFound(e.message) from None
 
     def run_direct(
         self,

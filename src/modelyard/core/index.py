@@ -1,5 +1,10 @@
 """The repository index (Triton's ``RepositoryIndex``): every model the repositories hold or
-the server knows, with its versions, state and reason."""
+the server knows, with its versions, state and reason.
+
+Ordered as Triton orders its model identifiers: by namespace, then name. Without namespacing
+every namespace is "", so by name; with ``--model-namespacing`` repository by repository, a
+name several repositories hold listed once in each.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +16,15 @@ from modelyard.core.registry import ModelRegistry
 
 def repository_index(registry: ModelRegistry, ready_only: bool) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for name in sorted(set(registry.locations) | set(registry.entries)):
-        entry = registry.entries.get(name)
-        if entry is not None and entry.idle and name not in registry.locations:
+    keys = set(registry.locations) | set(registry.entries)
+    for key in sorted(keys, key=lambda k: (registry.identity(k).namespace, registry.name_of(k))):
+        name = registry.name_of(key)
+        entry = registry.entries.get(key)
+        if entry is not None and entry.idle and key not in registry.locations:
             continue  # as in Triton: its folder is gone (poll removals, deleted after unload)
         if entry is None or (not entry.versions and entry.state == ""):
             if not ready_only:
-                error = registry.errors.get(name)  # e.g. in two repositories
+                error = registry.errors.get(key)  # e.g. in two repositories
                 out.append(
                     {"name": name, "state": "UNAVAILABLE", "reason": error}
                     if error

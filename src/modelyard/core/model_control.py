@@ -115,7 +115,9 @@ class ModelControl:
             log.exception("failed to load '%s'", name)
             raise ModelyardError(f"failed to load '{name}': {e}") from e
         old = entry.versions
+        namespace = self.registry.identity(name).namespace  # ("" without namespacing)
         for mv in versions:
+            mv.stats.namespace = namespace
             attach_cache(mv, self.response_cache)
             if self.options.metrics.summaries:
                 mv.stats.summaries = LatencySummaries(cached=mv.stats.cache_enabled)
@@ -135,7 +137,8 @@ class ModelControl:
     ) -> list[ModelVersion]:
         """Start the versions a load of ``name`` selects (on a Ray cluster: deploy them)."""
         core = cast("InferenceServer", self)  # (the base of InferenceServer only)
-        return await load_model(name, location, self.options.load, core, override)
+        model = self.registry.name_of(name)  # (a key with namespacing: the model is its name)
+        return await load_model(model, location, self.options.load, core, override)
 
     async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         self.registry.scan()
@@ -168,14 +171,22 @@ class ModelControl:
 
             override = config_from_json(config)
         self.registry.scan()
-        await self._load(name, override, files, from_model)
+        # With namespacing a name loads in every repository holding it, as in Triton.
+        keys = [name] if files else self.registry.keys_named(name, self.registry.locations)
+        if len(keys) == 1:
+            await self._load(keys[0], override, files, from_model)
+            return
+        loads = [self._load(k, override, None, from_model) for k in keys]
+        failed = [r for r in await asyncio.gather(*loads, return_exceptions=True) if r]
+        if failed:
+            raise failed[0]
 
     async def unload_model(
         self, name: str, unload_dependents: bool = False, from_model: bool = False
     ) -> None:
         if not from_model:
             self._require_explicit()
-        names = [name]
+        names = self.registry.keys_named(name, self.registry.entries)  # (all its namespaces)
         if unload_dependents:  # ensembles first, so none calls a model that is going away
             from modelyard.core.dependents import dependents
 
@@ -183,7 +194,7 @@ class ModelControl:
                 n: [mv.config for mv in e.versions.values()]
                 for n, e in self.registry.entries.items()
             }
-            names = [*dependents(name, configs), name]
+            names = [*dependents(name, configs), *names]
         for n in names:
             async with self.loads.lock(n):
                 await self._unload(n, from_model)

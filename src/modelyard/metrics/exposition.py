@@ -197,7 +197,7 @@ def render_stats(
 
 
 def _labels(stats: ModelStats, *extra: tuple[str, str]) -> str:
-    return labels_text([("model", stats.name), ("version", stats.version), *extra])
+    return labels_text(sorted([*stats.labels(), *extra]))  # (prometheus-cpp sorts them)
 
 
 def _counter_lines(
@@ -206,8 +206,7 @@ def _counter_lines(
     if name != "nv_inference_request_failure":
         return [f"{name}{_labels(s)} {get(s)}" for s in stats]
     return [
-        f"{name}{labels_text([('model', s.name), ('reason', r), ('version', s.version)])} "
-        f"{s.fail_reasons.get(r, 0)}"
+        f"{name}{_labels(s, ('reason', r))} {s.fail_reasons.get(r, 0)}"
         for s in stats
         for r in FAILURE_REASONS
     ]

@@ -32,7 +32,7 @@ def first_response_lines(stats: Iterable[ModelStats]) -> list[str]:
         if histogram is None:
             continue
         buckets = histogram.cumulative()
-        pairs = [("model", s.name), ("version", s.version)]
+        pairs = s.labels()
         labels = labels_text(pairs)
         # the count is the +Inf bucket's (requests recorded meanwhile show at the next scrape)
         lines.append(f"{FAMILY}_count{labels} {buckets[-1][1]}")

@@ -38,6 +38,7 @@ class BatchStat:
 class ModelStats:
     name: str
     version: str
+    namespace: str = ""  # --model-namespacing: the repository (the metrics' namespace label)
     last_inference_ms: int = 0
     inference_count: int = 0
     execution_count: int = 0
@@ -62,6 +63,13 @@ class ModelStats:
     # it when ``first_responses`` is on, so other versions pay one check per request.
     first_response: FirstResponseHistogram | None = None
     first_responses: bool = False
+
+    def labels(self) -> list[tuple[str, str]]:
+        """The version's metric labels, sorted (prometheus-cpp's order); with namespacing Triton
+        adds the model's namespace."""
+        if self.namespace:
+            return [("model", self.name), ("namespace", self.namespace), ("version", self.version)]
+        return [("model", self.name), ("version", self.version)]
 
     def track_first_responses(self, histogram: FirstResponseHistogram | None, live: bool) -> None:
         self.first_response = histogram
