@@ -14,10 +14,9 @@ The order follows Triton's load path:
    / ``output_pinned_memory`` -> enabled (not for ensembles).
 3. ``ValidateModelConfig`` (and, when auto-complete is off, the input/output checks), then the
    directory-name check and the "must specify 'backend'" check.
-4. ``NormalizeInstanceGroup`` as on a server without GPUs: one group named ``<model>`` when
-   there is none; unnamed groups become ``<model>_<index>``; KIND_AUTO -> KIND_CPU; a count
-   below 1 -> 1 (2 for onnxruntime and tensorflow on CPU); then ``ValidateInstanceGroup``
-   (KIND_GPU is an error naming the group).
+4. ``NormalizeInstanceGroup`` and ``ValidateInstanceGroup`` with the GPUs given
+   (``config/placement.py``; without GPUs KIND_AUTO -> KIND_CPU and KIND_GPU is an error
+   naming the group).
 """
 
 from __future__ import annotations
@@ -25,12 +24,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tritonclient.grpc.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from modelyard.config.placement import (
+    NO_GPUS,
+    SupportedGpus,
+    normalize_instance_groups,
+    validate_instance_groups,
+)
 from modelyard.config.validate import (
     ENSEMBLE_PLATFORM,
     validate_config,
-    validate_instance_groups,
     validate_io_config,
     validate_model_config,
 )
@@ -58,9 +62,6 @@ _PYTHON = ("", "python", "model.py")
 
 _MUST_BE_FILES = frozenset({"tensorrt", "pytorch"})
 
-# Backends whose CPU instance groups default to two instances (SetDefaultInstanceCount).
-_TWO_CPU_INSTANCES = frozenset({"tensorflow", "onnxruntime"})
-
 
 def normalize_config(
     cfg: ModelConfig,
@@ -69,6 +70,7 @@ def normalize_config(
     model_dir: str | os.PathLike[str] | None = None,
     backend_default_max_batch_size: int = 4,
     auto_complete: bool = True,
+    gpus: SupportedGpus = NO_GPUS,
 ) -> ModelConfig:
     """A normalized copy of ``cfg`` for the model in directory ``model_name``.
 
@@ -79,6 +81,9 @@ def normalize_config(
     (``--backend-config=default-max-batch-size``) is not used by the normalization itself;
     Triton's Python backend ignores it and file-based auto-complete applies it (see
     ``auto_complete.autocomplete_max_batch_size``).
+
+    ``gpus`` are the GPUs instance groups may be placed on (``config/placement.py``); with
+    none, a ``KIND_GPU`` group is refused as on a machine without GPUs.
 
     Raises ConfigError naming the model and field for what Triton rejects at this stage. The
     result is stable: normalizing it again changes nothing.
@@ -98,8 +103,8 @@ def normalize_config(
         )
     if out.platform != ENSEMBLE_PLATFORM and not out.backend:
         raise ConfigError(f"must specify 'backend' for '{out.name}'")
-    normalize_instance_groups(out)
-    validate_instance_groups(out)
+    normalize_instance_groups(out, gpus)
+    validate_instance_groups(out, gpus)
     return out
 
 
@@ -127,24 +132,6 @@ def normalize_model_config(cfg: ModelConfig) -> None:
             opt.input_pinned_memory.enable = True
         if not opt.HasField("output_pinned_memory"):
             opt.output_pinned_memory.enable = True
-
-
-def normalize_instance_groups(cfg: ModelConfig) -> None:
-    """Triton's ``NormalizeInstanceGroup`` on a server without GPUs, in place."""
-    if cfg.HasField("ensemble_scheduling"):
-        return
-    if len(cfg.instance_group) == 0:
-        group = cfg.instance_group.add()
-        group.name = cfg.name
-        group.kind = ModelInstanceGroup.KIND_CPU  # the backends' preferred kind without GPUs
-    for index, group in enumerate(cfg.instance_group):
-        if not group.name:
-            group.name = f"{cfg.name}_{index}"
-        if group.kind == ModelInstanceGroup.KIND_AUTO:
-            group.kind = ModelInstanceGroup.KIND_CPU
-        if group.count < 1:
-            two = group.kind == ModelInstanceGroup.KIND_CPU and cfg.backend in _TWO_CPU_INSTANCES
-            group.count = 2 if two else 1
 
 
 def autocomplete_backend_fields(

@@ -19,11 +19,11 @@ from tritonclient.grpc.model_config_pb2 import (
     DataType,
     ModelConfig,
     ModelInput,
-    ModelInstanceGroup,
     ModelQueuePolicy,
 )
 
 from modelyard.config.ensemble import validate_ensemble_scheduling
+from modelyard.config.placement import NO_GPUS, SupportedGpus, validate_instance_groups
 from modelyard.config.validate_sequence import validate_sequence_batching
 from modelyard.errors import ConfigError
 
@@ -48,11 +48,12 @@ _PLATFORM_TYPE = {
 }
 
 
-def validate_config(cfg: ModelConfig) -> None:
+def validate_config(cfg: ModelConfig, gpus: SupportedGpus = NO_GPUS) -> None:
     """Everything Triton checks before a model is served: the model-level checks, instance
-    groups, inputs and outputs, batch inputs/outputs and the ensemble graph."""
+    groups (placed on ``gpus``), inputs and outputs, batch inputs/outputs and the ensemble
+    graph."""
     validate_model_config(cfg)
-    validate_instance_groups(cfg)
+    validate_instance_groups(cfg, gpus)
     validate_io_config(cfg)
 
 
@@ -130,40 +131,6 @@ def _validate_dynamic_batching(cfg: ModelConfig) -> None:
                     "Queue policy can not have DELAY as timeout action when 'preserve_ordering' "
                     f"is true for {name}"
                 )
-
-
-def validate_instance_groups(cfg: ModelConfig) -> None:
-    """Triton's ``ValidateInstanceGroup`` on a server with no GPU.
-
-    KIND_GPU is refused with the message a GPU-capable Triton gives when no GPU is present.
-    """
-    if cfg.HasField("ensemble_scheduling"):
-        return
-    name = cfg.name
-    if len(cfg.instance_group) == 0:
-        raise ConfigError(f"must specify one or more 'instance group's for {name}")
-    for group in cfg.instance_group:
-        prefix = f"instance group {group.name} of model {name}"
-        if group.kind == ModelInstanceGroup.KIND_MODEL:
-            if len(group.gpus) > 0:
-                raise ConfigError(f"{prefix} has kind KIND_MODEL but specifies one or more GPUs")
-        elif group.kind == ModelInstanceGroup.KIND_GPU:
-            if len(group.gpus) == 0:
-                raise ConfigError(f"{prefix} has kind KIND_GPU but no GPUs are available")
-            raise ConfigError(
-                f"{prefix} specifies invalid or unsupported gpu id {group.gpus[0]}. GPUs with at "
-                "least the minimum required CUDA compute compatibility of 6.000000 are: "
-            )
-        elif group.kind == ModelInstanceGroup.KIND_CPU:
-            if len(group.gpus) > 0:
-                raise ConfigError(f"{prefix} has kind KIND_CPU but specifies one or more GPUs")
-        else:
-            raise ConfigError(f"{prefix} has unexpected kind KIND_AUTO")
-        if len(group.profile) > 0 and cfg.platform != TENSORRT_PLATFORM:
-            raise ConfigError(
-                f"{prefix} and platform {cfg.platform}specifies profile field which is only "
-                "supported for TensorRT models"
-            )
 
 
 def validate_io_config(cfg: ModelConfig) -> None:
