@@ -3,6 +3,7 @@ with the source line, exit code 1 when any model is broken; ``--load`` runs init
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from modelyard.testing import start_server
 from tests.helpers import EXAMPLES, MODELS
 
 pytestmark = pytest.mark.timeout(180)
@@ -121,3 +123,36 @@ def test_check_of_no_repository(tmp_path: Path) -> None:
         f"modelyard check: error: failed to poll model repository '{tmp_path / 'nowhere'}': "
         "No such file or directory"
     ]
+
+
+def _places(text: str) -> list[str]:
+    """Every ``path:line`` the output points at (not the log lines' own ``module.py:N]``)."""
+    return re.findall(r"([^\s\"]*/[^\s\"]+\.(?:py|pbtxt)):\d+", text)
+
+
+def test_printed_places_exist_for_a_relative_repository(tmp_path: Path) -> None:
+    # `modelyard check repo` and `modelyard dev repo` from the folder above: every file:line
+    # they print is a real path from where the user stands, with its source line.
+    repo = tmp_path / "repo"
+    config = _copy(EXAMPLES, repo, "add_sub", "typo") / "config.pbtxt"
+    config.write_text(config.read_text().replace("data_type:", "data_tipe:", 1))
+    model_py = _copy(EXAMPLES, repo, "add_sub", "bad_import") / "1" / "model.py"
+    model_py.write_text(model_py.read_text() + "\nimport no_such_module_here\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "modelyard", "check", "repo"],
+        capture_output=True, text=True, timeout=150, cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 1
+    places = _places(run.stdout)
+    assert len(set(places)) == 2, run.stdout
+    assert all((tmp_path / p).is_file() for p in places), places
+    assert "data_tipe" in run.stdout and "import no_such_module_here" in run.stdout
+    server = start_server(
+        "repo", "--allow-metrics=false", command="dev", expect=("http", "grpc"), cwd=tmp_path
+    )
+    try:
+        server.wait_for_log("watching")
+    finally:
+        server.stop()
+    places = _places(server.output())
+    assert places and all((tmp_path / p).is_file() for p in places), places

@@ -130,12 +130,14 @@ def start_server(
     wait_for_models: bool = True,
     command: str = "serve",
     exit_on_error: bool = False,
+    cwd: Path | str | None = None,
 ) -> ServerProcess:
     """Run ``python -m modelyard serve`` (or ``dev``: ``command``) on ``repos`` with ``args``,
     every endpoint on port 0 of 127.0.0.1; return once the ``expect`` endpoints listen and,
     with ``wait_for_models``, the initial model load is over. A model that fails to load
     leaves ``serve`` serving the others (``--exit-on-error=false``, so a test can ask it why)
-    unless ``exit_on_error`` or ``args`` say otherwise (``dev`` always keeps serving). A server that exits first
+    unless ``exit_on_error`` or ``args`` say otherwise (``dev`` always keeps serving).
+    ``cwd``: the folder it runs in (relative repositories are found from there). A server that exits first
     raises RuntimeError, one that takes longer than ``timeout`` seconds TimeoutError (both
     with its output); either way it is stopped."""
     repositories = [repos] if isinstance(repos, (str, Path)) else list(repos)
@@ -159,6 +161,7 @@ def start_server(
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        cwd=cwd,
     )
     server = ServerProcess(proc)
     ready = threading.Event()
