@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from modelyard.backends.instance import Instance
+from modelyard.config.placement import SupportedGpus
 from modelyard.errors import Unsupported
 from modelyard.serving.host import ModelHost
 
@@ -23,16 +24,27 @@ from modelyard.serving.host import ModelHost
 @dataclass
 class LoadOptions:
     """What every load reads: auto-complete on or off, ``--backend-config`` by backend,
-    ``--model-config-name`` (``configs/<name>.pbtxt`` before ``config.pbtxt``) and
-    ``--model-load-retry-count`` (more tries for a version whose instances fail to start)."""
+    ``--model-config-name`` (``configs/<name>.pbtxt`` before ``config.pbtxt``),
+    ``--model-load-retry-count`` (more tries for a version whose instances fail to start) and
+    the GPUs instances may be placed on (``None``: this machine's that meet Triton's default
+    minimum compute capability; the server passes those of
+    ``--min-supported-compute-capability``)."""
 
     auto_complete: bool = True
     backend_settings: dict[str, dict[str, str]] = field(default_factory=dict)
     config_name: str = ""
     retry_count: int = 0
+    gpus: SupportedGpus | None = None
 
     def settings(self, backend: str) -> dict[str, str]:
         return self.backend_settings.get(backend, {})
+
+    def supported_gpus(self) -> SupportedGpus:
+        if self.gpus is not None:
+            return self.gpus
+        from modelyard.devices import supported_gpus
+
+        return supported_gpus()
 
 
 @dataclass

@@ -12,6 +12,8 @@ session. Session options come from the config ``parameters`` Triton reads
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +24,10 @@ from modelyard.backends.instance import Instance
 from modelyard.backends.tensor_runtime import Arrays, Layout, ModelRunner, TensorRuntimeInstance
 from modelyard.config.auto_complete import autocomplete_max_batch_size
 from modelyard.config.normalize import normalize_model_config
+from modelyard.config.placement import instance_placements
 from modelyard.errors import ConfigError, InvalidArgument, ModelyardError
+
+log = logging.getLogger("modelyard")
 
 # ONNX element type (as onnxruntime names it) -> Triton config datatype.
 _ORT_TYPES = {
@@ -71,12 +76,30 @@ def _infos(args: Any) -> list[TensorInfo]:
     ]
 
 
-def _open_session(cfg: Any, path: str, options: Any | None = None) -> Any:
+def _providers(cfg: Any, device_id: int | None) -> list[Any]:
+    """CPU, or on a KIND_GPU instance CUDA on its device. An onnxruntime without CUDA (the
+    plain wheel; onnxruntime-gpu has it) runs the instance on the CPU and says so."""
+    if device_id is None:
+        return ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" not in _ort().get_available_providers():
+        log.warning(
+            "model '%s': onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu); "
+            "its KIND_GPU instance on GPU %d runs on the CPU",
+            cfg.name,
+            device_id,
+        )
+        return ["CPUExecutionProvider"]
+    return [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]
+
+
+def _open_session(
+    cfg: Any, path: str, options: Any | None = None, device_id: int | None = None
+) -> Any:
     if not os.path.exists(path):
         raise ModelyardError(f"unable to find '{path}' for model instance '{cfg.name}'")
     try:
         return _ort().InferenceSession(
-            path, sess_options=options, providers=["CPUExecutionProvider"]
+            path, sess_options=options, providers=_providers(cfg, device_id)
         )
     except Exception as e:
         raise ModelyardError(
@@ -296,21 +319,26 @@ def _ort_input(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 
 
 def create_instances(cfg: Any, model_dir: str, version: int) -> list[Instance]:
-    """One session per instance of every instance group, named as Triton names them."""
+    """One session per instance (``config/placement.py``), named as Triton names them; a
+    KIND_GPU instance's session runs on its device through CUDA."""
     path = model_path(cfg, model_dir, version)
     check_against_model(cfg, path)
     session_options(cfg)  # configuration errors fail the load before any session exists
     layout = Layout.from_config(cfg)
     instances: list[Instance] = []
-    for group in cfg.instance_group:
-        for i in range(max(1, int(group.count))):
-            instances.append(
-                TensorRuntimeInstance(
-                    f"{group.name}_{i}",
-                    cfg.name,
-                    layout,
-                    lambda: OrtRunner(_open_session(cfg, path, session_options(cfg))),
-                    "onnx runtime error",
-                )
+    for p in instance_placements(cfg):
+        device_id = p.device_id if p.kind == "GPU" else None
+        instances.append(
+            TensorRuntimeInstance(
+                p.key,
+                cfg.name,
+                layout,
+                functools.partial(_open_runner, cfg, path, device_id),
+                "onnx runtime error",
             )
+        )
     return instances
+
+
+def _open_runner(cfg: Any, path: str, device_id: int | None) -> OrtRunner:
+    return OrtRunner(_open_session(cfg, path, session_options(cfg), device_id))

@@ -12,6 +12,7 @@ backend: ``model.pt`` is a TorchScript module run on CPU; the config cannot be a
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -21,6 +22,7 @@ import numpy as np
 
 from modelyard.backends.instance import Instance
 from modelyard.backends.tensor_runtime import Arrays, Layout, ModelRunner, TensorRuntimeInstance
+from modelyard.config.placement import instance_placements
 from modelyard.errors import ConfigError, InternalError, InvalidArgument, ModelyardError
 
 log = logging.getLogger("modelyard")
@@ -85,12 +87,12 @@ def _forward_args(module: Any) -> list[str]:
     return [a.name for a in args]
 
 
-def _load(cfg: Any, path: str) -> Any:
+def _load(cfg: Any, path: str, device: str = "cpu") -> Any:
     torch = _torch()
     if not os.path.exists(path):
         raise ModelyardError(f"unable to find '{path}' for model instance '{cfg.name}'")
     try:
-        module = torch.jit.load(path, map_location="cpu")
+        module = torch.jit.load(path, map_location=device)
     except Exception as e:
         raise ModelyardError(f"failed to load model '{cfg.name}': {e}") from None
     module.eval()
@@ -151,8 +153,9 @@ def _inference_mode(cfg: Any) -> bool:
 
 
 class TorchRunner(ModelRunner):
-    def __init__(self, cfg: Any, module: Any):
+    def __init__(self, cfg: Any, module: Any, device: str = "cpu"):
         self.module = module
+        self.device = device  # "cuda:<id>" on a KIND_GPU instance: inputs go there
         names = [i.name for i in cfg.input]
         self.inputs = input_positions(names, _forward_args(module))
         self.n_args = len(names)
@@ -166,7 +169,8 @@ class TorchRunner(ModelRunner):
         args: list[Any] = [None] * self.n_args
         for name, arr in inputs.items():
             # torch tensors must own writable memory; received tensors may be read-only views
-            args[self.inputs[name]] = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
+            tensor = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
+            args[self.inputs[name]] = tensor if self.device == "cpu" else tensor.to(self.device)
         guard = torch.inference_mode() if self.inference_mode else torch.no_grad()
         with guard:
             result = self.module(*args)
@@ -201,30 +205,35 @@ class TorchRunner(ModelRunner):
         self.module = None
 
 
-def _open(cfg: Any, path: str) -> TorchRunner:
+def _open(cfg: Any, path: str, device: str = "cpu") -> TorchRunner:
     """On the instance's thread (importing torch and loading take seconds): load, check."""
     _thread_params(cfg)
-    module = _load(cfg, path)
+    module = _load(cfg, path, device)
     provided = len(_forward_args(module))
     if provided != len(cfg.input):
         raise InvalidArgument(
             f"unable to load model '{cfg.name}', configuration expects {len(cfg.input)} inputs, "
             f"model provides {provided}"
         )
-    return TorchRunner(cfg, module)
+    return TorchRunner(cfg, module, device)
 
 
 def create_instances(cfg: Any, model_dir: str, version: int) -> list[Instance]:
-    """One TorchScript module per instance of every instance group."""
+    """One TorchScript module per instance (``config/placement.py``), on ``cuda:<id>`` for a
+    KIND_GPU instance."""
     _check_config(cfg)
     path = model_path(cfg, model_dir, version)
     layout = Layout.from_config(cfg)
     instances: list[Instance] = []
-    for group in cfg.instance_group:
-        for i in range(max(1, int(group.count))):
-            instances.append(
-                TensorRuntimeInstance(
-                    f"{group.name}_{i}", cfg.name, layout, lambda: _open(cfg, path), "pytorch error"
-                )
+    for p in instance_placements(cfg):
+        device = f"cuda:{p.device_id}" if p.kind == "GPU" else "cpu"
+        instances.append(
+            TensorRuntimeInstance(
+                p.key,
+                cfg.name,
+                layout,
+                functools.partial(_open, cfg, path, device),
+                "pytorch error",
             )
+        )
     return instances

@@ -66,7 +66,10 @@ class TensorBackend:
         host: ModelHost | None,
         isolate: bool = False,
     ) -> PreparedModel:
-        cfg = normalize_config(cfg, name, model_dir=model_dir, auto_complete=opts.auto_complete)
+        gpus = opts.supported_gpus()
+        cfg = normalize_config(
+            cfg, name, model_dir=model_dir, auto_complete=opts.auto_complete, gpus=gpus
+        )
         mbs = self._default_max_batch_size(opts)
         versions = select_versions(cfg, available_versions(model_dir))
         if opts.auto_complete:
@@ -75,7 +78,7 @@ class TensorBackend:
                 cfg = await asyncio.to_thread(
                     self._module().auto_complete, cfg, model_dir, max(versions), mbs
                 )
-        validate_config(cfg)
+        validate_config(cfg, gpus)
         return PreparedModel(cfg, versions)
 
     async def create_instances(

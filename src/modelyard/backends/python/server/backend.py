@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from modelyard.backends.instance import Instance
@@ -16,6 +16,7 @@ from modelyard.backends.python.server import exec_env
 from modelyard.backends.python.server.process_instance import PythonWorker, WorkerSpec
 from modelyard.backends.python.server.restart import RestartPolicy
 from modelyard.config.normalize import normalize_config
+from modelyard.config.placement import instance_placements
 from modelyard.config.render import config_to_json
 from modelyard.config.repository import available_versions, select_versions
 from modelyard.config.validate import validate_config
@@ -246,28 +247,31 @@ def create_instances(
     first: PythonWorker | None = None,
     env: exec_env.ExecEnv | None = None,
 ) -> list[Instance]:
-    """One worker per instance (every instance_group's count), named as Triton names them."""
+    """One worker per instance, named and placed as Triton does (``config/placement.py``).
+    A GPU instance is only told its device (``model_instance_device_id``): the model picks
+    it, with every GPU of the process visible, as under Triton."""
     config_json = config_to_json(cfg)
     mode = execution_mode(cfg, opts)
     instances: list[Instance] = []
-    for group in cfg.instance_group:
-        kind = {1: "GPU", 2: "CPU", 3: "MODEL"}.get(int(group.kind), "CPU")
-        for i in range(max(1, int(group.count))):
-            name = f"{group.name}_{i}"
-            check_stub_name(name, version)
-            spec = _spec(cfg, model_dir, version, name, kind, opts, config_json, env)
-            if mode == "in-process":
-                from modelyard.backends.python.server.inprocess import InProcessInstance
+    for placement in instance_placements(cfg):
+        check_stub_name(placement.name, version)
+        spec = replace(
+            _spec(cfg, model_dir, version, placement.name, placement.kind, opts, config_json, env),
+            device_id=placement.device_id,
+            instance_key=placement.key,
+        )
+        if mode == "in-process":
+            from modelyard.backends.python.server.inprocess import InProcessInstance
 
-                if host is None:
-                    raise ConfigError(f"model '{cfg.name}': in-process instances need a host")
-                instances.append(InProcessInstance(spec, host))
-            elif first is not None:
-                first.adopt(spec)
-                instances.append(first)
-                first = None
-            else:
-                instances.append(PythonWorker(spec, host))
+            if host is None:
+                raise ConfigError(f"model '{cfg.name}': in-process instances need a host")
+            instances.append(InProcessInstance(spec, host))
+        elif first is not None:
+            first.adopt(spec)
+            instances.append(first)
+            first = None
+        else:
+            instances.append(PythonWorker(spec, host))
     if not instances:
         raise ConfigError(f"model '{cfg.name}' has no instances to run")
     return instances
@@ -301,6 +305,7 @@ class PythonBackend:
         The model's own failures (a ``model.py`` that does not import) fail the latest
         version, as Triton reports them."""
         py = PythonBackendOptions.from_settings(opts.settings("python"))
+        gpus = opts.supported_gpus()
 
         def normalize(cfg: Any, auto_complete: bool) -> Any:
             return normalize_config(
@@ -309,6 +314,7 @@ class PythonBackend:
                 model_dir=model_dir,
                 backend_default_max_batch_size=py.default_max_batch_size,
                 auto_complete=auto_complete,
+                gpus=gpus,
             )
 
         cfg = normalize(cfg, opts.auto_complete)
@@ -327,7 +333,7 @@ class PythonBackend:
         try:
             if opts.auto_complete:
                 cfg = normalize(cfg, True)
-            validate_config(cfg)
+            validate_config(cfg, gpus)
         except BaseException:
             if first is not None:
                 await first.stop()

@@ -59,7 +59,7 @@ INLINE_NEVER_S = 0.01
 class InProcessInstance(Instance):
     def __init__(self, spec: WorkerSpec, host: ModelHost):
         self.spec = spec
-        self.name = spec.instance_name
+        self.name = spec.key
         self.host = host
         self.model: Any = None
         self._has_is_ready = False
@@ -99,7 +99,7 @@ class InProcessInstance(Instance):
             # Threads a model starts see no context runtime; give them one that reaches the host.
             pb.set_runtime(InProcessRuntime(self.host, loop))
         self._outputs = [o["name"] for o in json.loads(spec.config_json).get("output", [])]
-        package = f"_modelyard_inprocess.{spec.model_name}_v{spec.version}_{spec.instance_name}"
+        package = f"_modelyard_inprocess.{spec.model_name}_v{spec.version}_{spec.key}"
         self.runtime.package = package
         embed()  # sys.argv [''] and whole-line stdout/stderr, as Triton's stub gives a model
         files: list[str] = []

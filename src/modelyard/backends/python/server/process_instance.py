@@ -73,8 +73,8 @@ class WorkerSpec:
     version: int
     model_dir: str  # <repo>/<model>
     model_file: str  # <repo>/<model>/<version>/model.py
-    instance_name: str
-    instance_kind: str  # "CPU" / "MODEL"
+    instance_name: str  # Triton's (model_instance_name): the same on each GPU of a group
+    instance_kind: str  # "CPU" / "GPU" / "MODEL"
     device_id: int
     config_json: str  # the complete config, Triton's JSON
     decoupled: bool
@@ -85,6 +85,12 @@ class WorkerSpec:
     pipeline: bool = True  # may hold one staged batch behind the running one
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     exec_env: ExecEnv | None = None  # EXECUTION_ENV_PATH: run in that environment
+    instance_key: str = ""  # unique within the model when the name is not (config/placement.py)
+
+    @property
+    def key(self) -> str:
+        """The instance's name inside modelyard (deadlock registry, logs, isolation)."""
+        return self.instance_key or self.instance_name
 
 
 class PythonWorker(WorkerRequests, WorkerHealth):
@@ -93,7 +99,7 @@ class PythonWorker(WorkerRequests, WorkerHealth):
 
     def __init__(self, spec: WorkerSpec, host: ModelHost | None = None):
         self.spec = spec
-        self.name = spec.instance_name
+        self.name = spec.key
         self.calls = WorkerCalls(self, host)  # BLS, model control and logs of the model
         self._wid = next(_worker_ids)
         self._prefix = f"modelyard-{os.getpid()}-{self._wid}"

@@ -42,7 +42,7 @@ class WorkerHealth(Instance):
     def adopt(self, spec: WorkerSpec) -> None:
         """Become the instance ``spec`` names (the worker that ran auto-complete is kept)."""
         self.spec = spec
-        self.name = spec.instance_name
+        self.name = spec.key
         self._init_health()
 
     async def _call(
