@@ -17,6 +17,7 @@ from modelyard.backends.loader import LoadOptions
 from modelyard.config.backend_settings import parse_backend_config
 from modelyard.core.api import InferenceServer
 from modelyard.core.options import ServerOptions
+from modelyard.devices import supported_gpus
 from modelyard.fdlimit import raise_fd_limit
 from modelyard.frontends.cloud.options import check_cloud_flags, cloud_options
 from modelyard.frontends.openai.options import openai_options
@@ -51,6 +52,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
             backend_settings=parse_backend_config(args.backend_config),
             config_name=args.model_config_name or "",
             retry_count=args.model_load_retry_count,
+            gpus=supported_gpus(args.min_supported_compute_capability),
         ),
     )
 

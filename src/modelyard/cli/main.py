@@ -15,6 +15,7 @@ from modelyard.cli.openai_flags import add_openai_flags
 from modelyard.cli.rate_limit_flags import add_rate_limit_flags
 from modelyard.cli.ray_flags import add_ray_flags
 from modelyard.cli.trace_flags import add_trace_flags
+from modelyard.config.placement import DEFAULT_MIN_COMPUTE_CAPABILITY
 from modelyard.heap import DEFAULT_RETAIN_MB
 
 # gRPC settings read from the environment when grpc is first imported, so set before that.
@@ -46,6 +47,13 @@ def _bool(value: str | bool) -> bool:
     if v in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
+
+
+def _number(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got '{value}'") from None
 
 
 def _positive_int(value: str) -> int:
@@ -285,6 +293,14 @@ def add_serve_flags(
         metavar="BACKEND,KEY=VALUE",
         help="backend setting, e.g. python,default-max-batch-size=8 or "
         "python,shm-enabled=false; repeatable",
+    )
+    s.add_argument(
+        "--min-supported-compute-capability",
+        type=_number,
+        default=DEFAULT_MIN_COMPUTE_CAPABILITY,
+        metavar="X.Y",
+        help="GPUs below this CUDA compute capability are not used (KIND_GPU and KIND_AUTO "
+        "instance groups)",
     )
     _flag(
         s,
