@@ -447,3 +447,50 @@ def test_checker_finds_circles_of_imports(tmp_path: Path) -> None:
         },
     )
     assert circles(src) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+MODULE_LINES = 500
+# Private names other packages may call: pb_utils' documented server-side hooks (see the
+# module's docstring) and the standard library's.
+PRIVATE_HOOKS = {"_from_server", "_update_state", "_get_running_loop", "_getframe", "_exit"}
+
+
+def private_calls(src: Path) -> list[str]:
+    """Calls ``x._name(...)`` (x not self, cls or super()) of a private method that the calling
+    module does not define itself: one module reaching into another's internals."""
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        own = {  # the private methods and attributes this module defines
+            n.name if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) else n.attr
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            or (isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store))
+        }
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            name, owner = node.func.attr, node.func.value
+            if not name.startswith("_") or name.startswith("__") or name in own:
+                continue
+            if name in PRIVATE_HOOKS:
+                continue
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if isinstance(owner, ast.Call) and getattr(owner.func, "id", "") == "super":
+                continue
+            found.append(f"{path.relative_to(src)}:{node.lineno} calls {ast.unparse(node.func)}")
+    return found
+
+
+def test_no_module_calls_another_modules_private_methods() -> None:
+    assert private_calls(SRC) == []
+
+
+def test_no_module_is_over_the_limit() -> None:
+    long = [
+        f"{p.relative_to(SRC)}: {n} lines"
+        for p in sorted(SRC.rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > MODULE_LINES
+    ]
+    assert long == []

@@ -122,7 +122,7 @@ async def _load_all(repository: Path, opts: LoadOptions, names: list[str]) -> li
     errors: dict[str, str] = {}
     try:
         for group in ensembles_last(core.registry.locations, names):
-            outcomes = await asyncio.gather(*(core._load(n) for n in group), return_exceptions=True)
+            outcomes = await asyncio.gather(*(core.load(n) for n in group), return_exceptions=True)
             for name, outcome in zip(group, outcomes, strict=True):
                 if isinstance(outcome, BaseException):
                     entry = core.registry.entries.get(name)

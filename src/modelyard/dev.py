@@ -167,7 +167,7 @@ class Watcher:
         log.info("%s '%s' (changed: %s)", what, name, ", ".join(sorted(files)) or "files")
         started = time.monotonic()
         try:
-            await self.core._load(name)
+            await self.core.load(name)
         except ModelyardError as e:
             took = time.monotonic() - started
             kept = f"; version {serving[-1]} keeps serving" if serving else ""

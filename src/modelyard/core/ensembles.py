@@ -123,7 +123,7 @@ async def _ensure_loaded(core: InferenceServer, ensemble: str, model: str) -> No
         await asyncio.sleep(0.02)
     if core.options.control_mode == "explicit" and model in core.registry.locations:
         try:
-            await core._load(model, from_model=True)  # the ensemble's load holds a slot
+            await core.load(model, from_model=True)  # the ensemble's load holds a slot
         except ModelyardError:
             pass  # reported below as the ensemble's dependency error
     entry = core.registry.entries.get(model)
@@ -144,7 +144,7 @@ async def _load_other_copies(core: InferenceServer, model: str, key: str) -> Non
         entry = registry.entries.get(other)
         if other != key and (entry is None or entry.idle):
             try:
-                await core._load(other, from_model=True)
+                await core.load(other, from_model=True)
             except ModelyardError:
                 pass  # (its index entry tells why)
 

@@ -45,6 +45,18 @@ class ModelControl:
     # Replaced or unloaded versions still draining, by the task retiring them.
     retiring: dict[asyncio.Future[None], list[ModelVersion]]
 
+    async def load(
+        self,
+        name: str,
+        override: Any | None = None,
+        files: dict[str, bytes] | None = None,
+        from_model: bool = False,
+    ) -> None:
+        """Load (or reload) ``name`` now, whatever the control mode (start-up, polling,
+        ``dev``, ``check``, ``modelyard.testing``, an ensemble's steps): raises the load's
+        ModelyardError. ``load_model`` is the model-repository API's checked entry."""
+        await self._load(name, override, files, from_model)
+
     async def _load(
         self,
         name: str,

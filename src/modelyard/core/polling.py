@@ -108,6 +108,6 @@ class RepositoryPoller:
 
     async def _load(self, name: str) -> None:
         try:
-            await self.core._load(name)
+            await self.core.load(name)
         except Exception as e:  # logged and shown in the index by the core
             log.debug("poll: load of '%s' failed: %s", name, e)

@@ -124,7 +124,7 @@ class ModelHandle:
             self._core.registry.scan()
             self._core.registry.locations[self.name] = model_dir  # the model under test wins
             override = _override(self.name, model_dir, config, version)
-            self._call(self._core._load(self.name, override))
+            self._call(self._core.load(self.name, override))
         except ModelyardError as e:
             entry = self._core.registry.entries.get(self.name)
             reason = entry.reason if entry is not None and entry.reason else e.message

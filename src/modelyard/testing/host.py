@@ -92,7 +92,7 @@ class HarnessHost:
         if self._loaded(name):
             return
         try:
-            await self._core._load(name)
+            await self._core.load(name)
         except ModelyardError as e:  # the caller gets the core's answer: no versions
             log.debug("BLS target '%s' did not load: %s", name, e.message)
 

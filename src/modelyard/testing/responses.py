@@ -95,7 +95,7 @@ class Sink:
 
 
 def responses_of(items: list[InferResponse]) -> Responses:
-    out = Responses(InProcessRuntime._pb_response(r) for r in items if not r.flag_only)
+    out = Responses(InProcessRuntime.pb_response(r) for r in items if not r.flag_only)
     out.final = any(r.final for r in items)
     return out
 

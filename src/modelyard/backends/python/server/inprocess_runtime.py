@@ -96,7 +96,7 @@ class InProcessRuntime:
         )
 
     @staticmethod
-    def _pb_response(resp: InferResponse) -> Any:
+    def pb_response(resp: InferResponse) -> Any:
         if resp.error is not None:
             err = pb.TritonError._from_server(resp.error.message, resp.error.code)
             return pb.InferenceResponse._from_server([], err)
@@ -122,15 +122,15 @@ class InProcessRuntime:
             graph.record(self.model_name, request.model_name, time.monotonic_ns() - t0, True)
             text = f"Model {request.model_name} - Error when running inference: {e.message}"
             error = ModelyardError(text, e.code)
-            return self._pb_response(InferResponse(request.model_name, "", error=error))
+            return self.pb_response(InferResponse(request.model_name, "", error=error))
         if box is None:
             return None
         failed = not box or box[0].error is not None
         graph.record(self.model_name, request.model_name, time.monotonic_ns() - t0, failed)
         if not box:
             error = InternalError("model returned no response")
-            return self._pb_response(InferResponse(request.model_name, "", error=error))
-        return self._pb_response(box[0])
+            return self.pb_response(InferResponse(request.model_name, "", error=error))
+        return self.pb_response(box[0])
 
     def _start(
         self,
@@ -145,7 +145,7 @@ class InProcessRuntime:
         Returns the function that cancels it (on the loop thread)."""
 
         def emit(resp: InferResponse, final: bool) -> None:
-            sink((self._pb_response(resp), final))
+            sink((self.pb_response(resp), final))
 
         return start_bls(
             self.host, request, decoupled, chain, emit, caller, parents, self.model_name
