@@ -223,3 +223,17 @@ def test_sticky_router_agrees_on_one_owner_per_key() -> None:
     rest = [r for r in replicas if r.replica_id.unique_id != "a"]
     moved = {k for k, o in owners.items() if owner(k, rest).replica_id.unique_id != o}  # type: ignore[arg-type]
     assert moved == {k for k, o in owners.items() if o == "a"}
+
+
+def test_the_local_instance_s_size_is_refused_for_a_cluster_one_joins() -> None:
+    pytest.importorskip("ray.serve", reason="ray[serve] is not installed")
+    from modelyard.cli.main import build_parser
+    from modelyard.ray.driver import local_flags_problem
+
+    parse = build_parser().parse_args
+    assert local_flags_problem(parse(["serve", "r", "--ray", "local", "--ray-num-cpus", "2"])) == ""
+    assert local_flags_problem(parse(["serve", "r", "--ray", "auto"])) == ""
+    problem = local_flags_problem(parse(["serve", "r", "--ray", "auto", "--ray-num-gpus", "1"]))
+    assert problem == (
+        "--ray-num-gpus sizes the Ray instance of --ray local; the cluster at 'auto' has its own"
+    )

@@ -88,8 +88,9 @@ def local_flags_problem(args: argparse.Namespace) -> str:
 class LocalRay:
     """The folder of the Ray instance ``--ray local`` starts, ``modelyard-ray-<pid>`` in the
     temporary folder: Ray's session (sockets, logs) and every temporary file of its processes
-    (the replicas' inbox folders, onnxruntime's session file). Removed after a clean stop;
-    kept, with its logs, otherwise, until the next ``--ray local`` server removes it."""
+    (the replicas' inbox folders, onnxruntime's session file). Removed when the server stops;
+    kept, with Ray's logs, when Ray failed to start or the server crashed, until the next
+    ``--ray local`` server removes it."""
 
     PREFIX = "modelyard-ray-"
 
@@ -178,6 +179,7 @@ def run(args: argparse.Namespace, fe: FrontendOptions, options: ServerOptions) -
     env = actor_env()
     local = LocalRay() if args.ray == "local" else None
     code = 1
+    crashed = True  # keep the local instance's logs unless the server ends as it should
     # Until the event loop takes the signals over: a signal ends the blocking start.
     _on_signals(_interrupt)
     try:
@@ -190,6 +192,7 @@ def run(args: argparse.Namespace, fe: FrontendOptions, options: ServerOptions) -
                 raise Interrupted(_signalled)
         except Interrupted as e:
             log.info("stopping while Ray starts (%s)", e)
+            crashed = False
             code = 0
             return code
         except (ConnectionError, ValueError, RuntimeError) as e:
@@ -204,12 +207,13 @@ def run(args: argparse.Namespace, fe: FrontendOptions, options: ServerOptions) -
             env_vars=env,
         )
         code = asyncio.run(_serve(args, fe, spec))
+        crashed = False
         return code
     finally:
         _on_signals(_stopping_already)  # (stopping Ray takes a moment: let it finish)
         ray.shutdown()
         if local is not None:
-            local.close(keep=code != 0)
+            local.close(keep=crashed)
         log.info("stopped")
 
 
