@@ -26,8 +26,9 @@ class CoreHost:
         self._core = core
         # The calls every BLS request makes go straight to the core (no extra frame), but
         # with namespacing: see _submit_by_name.
-        self.submit = self._submit_by_name if core.options.namespacing else core.submit
-        self.is_decoupled = core.is_decoupled
+        named = core.options.namespacing
+        self.submit = self._submit_by_name if named else core.submit
+        self.is_decoupled = self._is_decoupled_by_name if named else core.is_decoupled
         self.model_ready = core.model_ready
         self.check_model_ready = core.check_model_ready
         self.tracer = core.tracer
@@ -43,6 +44,12 @@ class CoreHost:
         answers it, which asks whether the model is ready first: not found (not ready)."""
         try:
             return self._core.submit(request, on_response, chain, caller)
+        except UnresolvedName as e:
+            raise NotFound(e.message) from None
+
+    def _is_decoupled_by_name(self, name: str, version: str = "") -> bool:
+        try:
+            return self._core.is_decoupled(name, version)
         except UnresolvedName as e:
             raise NotFound(e.message) from None
 

@@ -15,6 +15,7 @@ import logging
 import os
 import time
 import traceback
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -99,7 +100,10 @@ class InProcessInstance(Instance):
             # Threads a model starts see no context runtime; give them one that reaches the host.
             pb.set_runtime(InProcessRuntime(self.host, loop))
         self._outputs = [o["name"] for o in json.loads(spec.config_json).get("output", [])]
+        # (the folder's digest: with --model-namespacing two models may share name and version)
+        folder = zlib.crc32(os.path.dirname(os.path.dirname(spec.model_file)).encode())
         package = f"_modelyard_inprocess.{spec.model_name}_v{spec.version}_{spec.key}"
+        package += f"_{folder:08x}"
         self.runtime.package = package
         embed()  # sys.argv [''] and whole-line stdout/stderr, as Triton's stub gives a model
         files: list[str] = []
