@@ -154,7 +154,13 @@ def test_dlpack_errors() -> None:
         pb.Tensor.from_dlpack("x", np.arange(10)[::2])
 
 
-def test_from_dlpack_rejects_gpu_devices() -> None:
+def test_from_dlpack_of_a_gpu_tensor_without_cuda_has_tritons_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from triton_python_backend_utils import _cuda
+
+    monkeypatch.setattr(_cuda, "_detect", lambda: None)  # a process that cannot reach a GPU
+
     class FakeCuda:
         def __dlpack__(self, stream: object = None) -> object:
             raise AssertionError("not reached")
@@ -162,10 +168,26 @@ def test_from_dlpack_rejects_gpu_devices() -> None:
         def __dlpack_device__(self) -> tuple[int, int]:
             return (2, 0)
 
-    with pytest.raises(
-        pb.TritonModelException, match=r"DLDevice type 2 is not support by Python backend\."
-    ):
+    with pytest.raises(pb.TritonModelException) as e:
         pb.Tensor.from_dlpack("x", FakeCuda())
+    assert str(e.value) == (
+        "DLPack capsule passed pointer to memory allocated on GPU device,           when GPU "
+        "is not available"
+    )
+
+
+def test_from_dlpack_rejects_other_devices() -> None:
+    class Metal:
+        def __dlpack__(self, stream: object = None) -> object:
+            raise AssertionError("not reached")
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return (8, 0)
+
+    with pytest.raises(
+        pb.TritonModelException, match=r"DLDevice type 8 is not support by Python backend\."
+    ):
+        pb.Tensor.from_dlpack("x", Metal())
 
 
 def test_argument_types_are_checked_before_the_name_as_tritons_binding() -> None:

@@ -243,7 +243,7 @@ def _core_response(request: InferRequest, resp: Any, wanted: set[str] | None) ->
         return out
     for t in resp.output_tensors():
         if wanted is None or t.name() in wanted:
-            arr = t.as_numpy()
+            arr = t._host_array()
             out.outputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
     if resp._params:
         out.parameters = dict(resp._params)

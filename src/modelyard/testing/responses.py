@@ -51,7 +51,7 @@ class Responses(list[Any]):
         if tensor is None:
             names = [t.name() for t in response.output_tensors()]
             raise AssertionError(f"response {index} has no output '{name}' (it has {names})")
-        array: np.ndarray[Any, Any] = tensor.as_numpy()
+        array: np.ndarray[Any, Any] = tensor._host_array()  # (GPU outputs: a host copy)
         return array
 
 

@@ -252,7 +252,7 @@ class InProcessInstance(Instance):
         wanted = set(names)
         for t in resp.output_tensors():
             if t.name() in wanted:
-                arr = t.as_numpy()
+                arr = t._host_array()  # (a GPU output: copied to the host)
                 out.outputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
         if resp._params:
             out.parameters = dict(resp._params)

@@ -78,7 +78,7 @@ class InProcessRuntime:
     def _core_request(self, request: Any) -> InferRequest:
         inputs = []
         for t in request.inputs():
-            arr = t.as_numpy()
+            arr = t._host_array()  # (a GPU tensor: copied to the host)
             inputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
         version = request.model_version()
         current = CURRENT.get()

@@ -83,7 +83,7 @@ class BlsClient:
     def _request(self, call_id: int, request: Any, decoupled: bool) -> Bls:
         inputs = []
         for t in request.inputs():
-            inputs.append(tensor_pool.pack_array(t.name(), t.as_numpy(), self.rt.stub.pool))
+            inputs.append(tensor_pool.pack_array(t.name(), t._host_array(), self.rt.stub.pool))
         params = request._params
         if params is None:
             text = request.parameters()

@@ -116,7 +116,7 @@ class StubRuntime:
             name = t.name()
             if wanted is not None and name not in wanted:
                 continue  # Triton drops outputs the client did not request
-            arr = t.as_numpy()
+            arr = t._host_array()  # (a GPU output: copied to the host)
             dest = dests.get(name) if dests else None
             if dest is not None:  # the client wants it in its region: write it there
                 written = self.stub.regions.write(dest, arr)

@@ -1,0 +1,121 @@
+"""The little of CUDA a GPU ``pb_utils.Tensor`` needs: wait for a producer's work on a
+device, and copy device memory to the host.
+
+Through ``cuda-python``'s runtime bindings when they can talk to the driver, else through
+torch (``torch.cuda``); a process with neither has no way to touch a GPU, and a GPU tensor is
+refused there with Triton's text. :func:`runtime` picks once; tests of the GPU paths on a
+machine without one replace it with a stand-in for the device (see tests/gpu).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib
+from typing import Any, Protocol
+
+from ._errors import TritonModelException
+
+__all__ = ["CudaRuntime", "runtime"]
+
+NO_GPU_TEXT = (
+    "DLPack capsule passed pointer to memory allocated on GPU device,           when GPU is "
+    "not available"
+)
+
+
+class CudaRuntime(Protocol):
+    """What GPU tensors ask of CUDA."""
+
+    def synchronize(self, device_id: int) -> None:
+        """Wait until work queued on ``device_id``'s legacy default stream is done."""
+
+    def copy_to_host(self, src: int, dst: int, nbytes: int, device_id: int) -> None:
+        """Copy ``nbytes`` of device memory at ``src`` to host memory at ``dst``."""
+
+
+class _CudaPython:
+    """cuda-python's runtime bindings (``cuda.bindings.runtime`` or ``cuda.cudart``)."""
+
+    def __init__(self, rt: Any):
+        self._rt = rt
+
+    def _check(self, result: Any, what: str) -> Any:
+        err = result[0] if isinstance(result, tuple) else result
+        if int(err) != 0:
+            raise TritonModelException(f"{what}: {err}")
+        return result[1] if isinstance(result, tuple) and len(result) > 1 else None
+
+    def synchronize(self, device_id: int) -> None:
+        rt = self._rt
+        current = self._check(rt.cudaGetDevice(), "Failed to get current CUDA device id.")
+        if current != device_id:
+            self._check(rt.cudaSetDevice(device_id), f"Failed to set CUDA device {device_id}")
+        try:
+            self._check(
+                rt.cudaStreamSynchronize(0),
+                f"Failed to synchronize CUDA device with id {device_id}",
+            )
+        finally:
+            if current != device_id:
+                rt.cudaSetDevice(current)
+
+    def copy_to_host(self, src: int, dst: int, nbytes: int, device_id: int) -> None:
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        self._check(self._rt.cudaMemcpy(dst, src, nbytes, kind), "cudaMemcpy to the host failed")
+
+
+class _Torch:
+    """torch.cuda: a device-wide synchronize, and copies through a DLPack view."""
+
+    def __init__(self, torch: Any):
+        self._torch = torch
+
+    def synchronize(self, device_id: int) -> None:
+        self._torch.cuda.synchronize(device_id)
+
+    def copy_to_host(self, src: int, dst: int, nbytes: int, device_id: int) -> None:
+        from . import _dlpack
+
+        torch = self._torch
+        capsule = _dlpack.make_capsule(
+            src, _dlpack.KDL_CUDA, device_id, (nbytes,), (_dlpack.KDL_UINT, 8, 1), None
+        )
+        source = torch.utils.dlpack.from_dlpack(capsule)
+        host = torch.from_numpy(_host_bytes(dst, nbytes))
+        host.copy_(source)
+
+
+def _host_bytes(address: int, nbytes: int) -> Any:
+    import numpy as np
+
+    buffer = (ctypes.c_char * nbytes).from_address(address)
+    return np.frombuffer(memoryview(buffer).cast("B"), dtype=np.uint8)
+
+
+@functools.cache
+def _detect() -> CudaRuntime | None:
+    for name in ("cuda.bindings.runtime", "cuda.cudart"):
+        try:
+            rt = importlib.import_module(name)
+        except ImportError:
+            continue
+        err, count = rt.cudaGetDeviceCount()
+        if int(err) == 0 and count > 0:
+            return _CudaPython(rt)
+        break
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return None
+    if torch.cuda.is_available():
+        return _Torch(torch)
+    return None
+
+
+def runtime() -> CudaRuntime:
+    """The process's CUDA, or Triton's "when GPU is not available" error."""
+    found = _detect()
+    if found is None:
+        raise TritonModelException(NO_GPU_TEXT)
+    return found
