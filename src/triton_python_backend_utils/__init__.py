@@ -18,7 +18,9 @@ Server-side hooks (for ``modelyard.backends.python``; models never use these)
   is the parameters dict (or None) and ``request._response_sender`` the sender. Instances have
   a ``__dict__`` for the server's own attributes.
 * Tensors: ``Tensor._from_server(name, array, code=None)`` wraps a C-contiguous array as is
-  (BYTES: an object array of ``bytes``).
+  (BYTES: an object array of ``bytes``; BF16: ml_dtypes' bfloat16). ``tensor._host_array()``
+  is what the runtime sends on for a tensor the model made: its array, or a host copy of a
+  GPU tensor (``as_numpy()`` refuses GPU and BF16 tensors, as Triton's).
 * Response sender: ``InferenceResponseSender(deliver, decoupled=False, is_cancelled=None)``
   where ``deliver(response_or_None, flags)`` hands one response to the server (it may raise
   TritonModelException, which reaches the model). ``sender._update_state(response, flags)``
