@@ -192,6 +192,7 @@ def run(args: argparse.Namespace, fe: FrontendOptions, options: ServerOptions) -
                 raise Interrupted(_signalled)
         except Interrupted as e:
             log.info("stopping while Ray starts (%s)", e)
+            _backstop(args.exit_timeout_secs + STOP_GRACE_S)
             crashed = False
             code = 0
             return code
@@ -206,7 +207,11 @@ def run(args: argparse.Namespace, fe: FrontendOptions, options: ServerOptions) -
             deploy_timeout=args.ray_deploy_timeout_secs,
             env_vars=env,
         )
-        code = asyncio.run(_serve(args, fe, spec))
+        try:
+            code = asyncio.run(_serve(args, fe, spec))
+        except Interrupted as e:  # (before the event loop took the signals over)
+            log.info("stopping while the server starts (%s)", e)
+            code = 0
         crashed = False
         return code
     finally:
