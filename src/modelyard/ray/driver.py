@@ -1,7 +1,7 @@
 """``modelyard serve --ray ADDRESS``: serve the model repository on a Ray cluster.
 
 This process is the cluster's driver: it connects to Ray (``local`` starts one here, in a
-folder of its own under the temporary folder, removed at a clean exit), starts Serve without
+folder of its own under the temporary folder, removed when it stops), starts Serve without
 its proxies, creates the controller and one frontend actor per node that takes traffic (they
 answer live, not ready, while the controller deploys the models), logs their addresses, and
 on SIGINT/SIGTERM, in any phase, deletes the applications (in-flight requests drain) and ends
