@@ -141,6 +141,14 @@ def test_instance_limits_follow_the_instance_groups() -> None:
     assert instance_limits(cfg) == [asked, asked, InstanceLimits(device=1), InstanceLimits()]
 
 
+def test_instance_limits_one_per_listed_gpu_in_creation_order() -> None:
+    # Triton creates count x gpus instances: c = 0 on each GPU, then c = 1 on each.
+    cfg = text_format.Parse(
+        "instance_group [{ count: 2 kind: KIND_GPU gpus: [1, 0] }]", model_config_pb2.ModelConfig()
+    )
+    assert [i.device for i in instance_limits(cfg)] == [1, 0, 1, 0]
+
+
 # -- who runs -----------------------------------------------------------------------------------
 
 

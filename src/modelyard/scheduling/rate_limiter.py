@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from tritonclient.grpc.model_config_pb2 import ModelInstanceGroup
+
 from modelyard.errors import InvalidArgument
 
 GLOBAL_DEVICE = -2  # Triton's key for global resources
@@ -83,18 +85,19 @@ class InstanceLimits:
 
 
 def instance_limits(cfg: Any) -> list[InstanceLimits]:
-    """Each instance's limits, in the order the backends create instances (group by group,
-    ``count`` each, at least one). Instances are on device 0 unless a KIND_GPU group names its
-    GPUs (CPU and MODEL instances are on device 0 in Triton too)."""
+    """Each instance's limits, in the order the backends create instances
+    (``config/placement.py``: group by group, ``count`` each, and on a KIND_GPU group one
+    per listed GPU, on that device; CPU and MODEL instances are on device 0, as in Triton)."""
     out: list[InstanceLimits] = []
     for group in cfg.instance_group:
         rl = group.rate_limiter
         asks = tuple(
             ResourceAsk(r.name, int(r.count), bool(getattr(r, "global"))) for r in rl.resources
         )
-        device = int(group.gpus[0]) if int(group.kind) == 1 and len(group.gpus) else 0
-        limits = InstanceLimits(asks, int(rl.priority), device)
-        out += [limits] * max(1, int(group.count))
+        gpu = int(group.kind) == ModelInstanceGroup.KIND_GPU and len(group.gpus) > 0
+        devices = [int(d) for d in group.gpus] if gpu else [0]
+        for _ in range(max(1, int(group.count))):
+            out += [InstanceLimits(asks, int(rl.priority), device) for device in devices]
     return out
 
 
