@@ -12,6 +12,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from ._errors import TritonModelException
@@ -26,6 +28,10 @@ NO_GPU_TEXT = (
 
 class CudaRuntime(Protocol):
     """What GPU tensors ask of CUDA."""
+
+    def on_device(self, device_id: int) -> AbstractContextManager[None]:
+        """Make ``device_id`` the calling thread's current device for a while (producers such
+        as torch export only tensors of the current device, as Triton's ScopedSetDevice)."""
 
     def synchronize(self, device_id: int) -> None:
         """Wait until work queued on ``device_id``'s legacy default stream is done."""
@@ -46,23 +52,31 @@ class _CudaPython:
             raise TritonModelException(f"{what}: {err}")
         return result[1] if isinstance(result, tuple) and len(result) > 1 else None
 
-    def synchronize(self, device_id: int) -> None:
+    @contextmanager
+    def on_device(self, device_id: int) -> Iterator[None]:
         rt = self._rt
         current = self._check(rt.cudaGetDevice(), "Failed to get current CUDA device id.")
         if current != device_id:
             self._check(rt.cudaSetDevice(device_id), f"Failed to set CUDA device {device_id}")
         try:
-            self._check(
-                rt.cudaStreamSynchronize(0),
-                f"Failed to synchronize CUDA device with id {device_id}",
-            )
+            yield
         finally:
             if current != device_id:
                 rt.cudaSetDevice(current)
 
+    def synchronize(self, device_id: int) -> None:
+        with self.on_device(device_id):
+            self._check(
+                self._rt.cudaStreamSynchronize(0),
+                f"Failed to synchronize CUDA device with id {device_id}",
+            )
+
     def copy_to_host(self, src: int, dst: int, nbytes: int, device_id: int) -> None:
         kind = self._rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
-        self._check(self._rt.cudaMemcpy(dst, src, nbytes, kind), "cudaMemcpy to the host failed")
+        with self.on_device(device_id):  # (no context made on another device for the copy)
+            self._check(
+                self._rt.cudaMemcpy(dst, src, nbytes, kind), "cudaMemcpy to the host failed"
+            )
 
 
 class _Torch:
@@ -70,6 +84,10 @@ class _Torch:
 
     def __init__(self, torch: Any):
         self._torch = torch
+
+    def on_device(self, device_id: int) -> AbstractContextManager[None]:
+        manager: AbstractContextManager[None] = self._torch.cuda.device(device_id)
+        return manager
 
     def synchronize(self, device_id: int) -> None:
         self._torch.cuda.synchronize(device_id)
@@ -81,9 +99,10 @@ class _Torch:
         capsule = _dlpack.make_capsule(
             src, _dlpack.KDL_CUDA, device_id, (nbytes,), (_dlpack.KDL_UINT, 8, 1), None
         )
-        source = torch.utils.dlpack.from_dlpack(capsule)
-        host = torch.from_numpy(_host_bytes(dst, nbytes))
-        host.copy_(source)
+        with self.on_device(device_id):
+            source = torch.utils.dlpack.from_dlpack(capsule)
+            host = torch.from_numpy(_host_bytes(dst, nbytes))
+            host.copy_(source)
 
 
 def _host_bytes(address: int, nbytes: int) -> Any:

@@ -182,8 +182,9 @@ class Tensor:
         device_type, device_id = (int(v) for v in tensor.__dlpack_device__())
         if device_type == _dlpack.KDL_CUDA:
             cuda = _cuda.runtime()
-            capsule = tensor.__dlpack__(stream=_LEGACY_DEFAULT_STREAM)
-            cuda.synchronize(device_id)
+            with cuda.on_device(device_id):
+                capsule = tensor.__dlpack__(stream=_LEGACY_DEFAULT_STREAM)
+                cuda.synchronize(device_id)
             return _import(name, capsule)
         if device_type not in (_dlpack.KDL_CPU, _dlpack.KDL_CUDA_HOST):
             raise TritonModelException(

@@ -5,9 +5,11 @@ faked; tests/gpu runs the same paths on a device)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -136,8 +138,18 @@ class FakeCuda:
 
     def __init__(self) -> None:
         self.synchronized: list[int] = []
+        self.current = 0
+
+    @contextlib.contextmanager
+    def on_device(self, device_id: int) -> Iterator[None]:
+        before, self.current = self.current, device_id
+        try:
+            yield
+        finally:
+            self.current = before
 
     def synchronize(self, device_id: int) -> None:
+        assert self.current == device_id
         self.synchronized.append(device_id)
 
     def copy_to_host(self, src: int, dst: int, nbytes: int, device_id: int) -> None:
@@ -151,12 +163,14 @@ class FakeDeviceTensor:
         self.values = np.ascontiguousarray(values)
         self.device_id = device_id
         self.streams: list[object] = []
+        self.cuda: FakeCuda | None = None
         self.dtype = (4, 16, 1) if bf16 else {"f": (2, 32, 1), "i": (0, 64, 1)}[values.dtype.kind]
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (2, self.device_id)
 
     def __dlpack__(self, stream: object = None) -> object:
+        assert self.cuda is None or self.cuda.current == self.device_id  # (as torch insists)
         self.streams.append(stream)
         v = self.values
         return _dlpack.make_capsule(v.ctypes.data, 2, self.device_id, tuple(v.shape), self.dtype, v)
@@ -171,7 +185,9 @@ def cuda(monkeypatch: pytest.MonkeyPatch) -> FakeCuda:
 
 def test_gpu_tensor_keeps_the_device_pointer(cuda: FakeCuda) -> None:
     producer = FakeDeviceTensor(np.arange(6, dtype=np.float32).reshape(2, 3), device_id=1)
+    producer.cuda = cuda  # exported while its device is the current one
     t = pb.Tensor.from_dlpack("g", producer)
+    assert cuda.current == 0  # and the current device is back
     # The producer was asked for the legacy default stream, which was then waited for.
     assert producer.streams == [1] and cuda.synchronized == [1]
     assert not t.is_cpu() and t.shape() == [2, 3]
