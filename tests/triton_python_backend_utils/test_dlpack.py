@@ -72,6 +72,17 @@ def test_a_capsule_is_consumed_once() -> None:
         pb.Tensor.from_dlpack("c", capsule)
 
 
+def test_versioned_capsules() -> None:
+    # DLPack 1.0 producers hand out "dltensor_versioned" capsules when asked for them.
+    source = torch.arange(5.0)
+    capsule = source.__dlpack__(max_version=(1, 0))
+    t = pb.Tensor.from_dlpack("v", capsule)
+    assert t.as_numpy().ctypes.data == source.data_ptr()
+    del capsule, source
+    gc.collect()
+    np.testing.assert_array_equal(t.as_numpy(), np.arange(5.0))
+
+
 def test_bf16_through_dlpack_only() -> None:
     source = torch.tensor([1.5, -2.0, 3.25], dtype=torch.bfloat16)
     t = pb.Tensor.from_dlpack("b", source)
