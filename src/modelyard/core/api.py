@@ -133,6 +133,11 @@ class InferenceServer(ModelControl):
 
     # -- health and metadata -----------------------------------------------------------------
 
+    @property
+    def started(self) -> bool:
+        """The start-up loads are over."""
+        return self._started
+
     def is_live(self) -> bool:
         return self._live
 

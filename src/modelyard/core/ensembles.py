@@ -31,7 +31,7 @@ from modelyard.serving.stats import ModelStats
 from modelyard.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
-    from modelyard.core.api import InferenceServer
+    from modelyard.core.parts import Loads
 
 # A step model still loading is waited for this long (model initialization can be slow).
 STEP_LOAD_WAIT_S = 600.0
@@ -43,7 +43,7 @@ class EnsembleLoadError(InvalidArgument):
 
 
 async def load_ensemble(
-    name: str, model_dir: str, cfg: Any, core: InferenceServer
+    name: str, model_dir: str, cfg: Any, core: Loads
 ) -> list[ModelVersion]:
 
     cfg = normalize_config(cfg, name, model_dir=model_dir)
@@ -96,16 +96,16 @@ async def load_ensemble(
     return out
 
 
-def _loading_at_start(core: InferenceServer, model: str) -> bool:
+def _loading_at_start(core: Loads, model: str) -> bool:
     """Whether the server's start-up load includes ``model`` (and has not reached it yet)."""
-    if core._started:
+    if core.started:
         return False
     opts = core.options
     named = core.registry.name_of(model) in opts.load_models
     return opts.control_mode != "explicit" or "*" in opts.load_models or named
 
 
-async def _ensure_loaded(core: InferenceServer, ensemble: str, model: str) -> None:
+async def _ensure_loaded(core: Loads, ensemble: str, model: str) -> None:
     deadline = time.monotonic() + STEP_LOAD_WAIT_S
     while True:
         entry = core.registry.entries.get(model)
@@ -134,7 +134,7 @@ async def _ensure_loaded(core: InferenceServer, ensemble: str, model: str) -> No
         )
 
 
-async def _load_other_copies(core: InferenceServer, model: str, key: str) -> None:
+async def _load_other_copies(core: Loads, model: str, key: str) -> None:
     """In explicit mode Triton loads a step's model in every repository holding it (it
     polls the name), not only the copy the ensemble calls: so do we, failures ignored."""
     registry = core.registry
@@ -149,7 +149,7 @@ async def _load_other_copies(core: InferenceServer, model: str, key: str) -> Non
                 pass  # (its index entry tells why)
 
 
-def _submit_in(core: InferenceServer, namespace: str) -> SubmitFn:
+def _submit_in(core: Loads, namespace: str) -> SubmitFn:
     """Submit an ensemble's step requests to the copy of each step model the ensemble in
     ``namespace`` calls, looked up per request."""
     registry = core.registry
@@ -165,7 +165,7 @@ def _submit_in(core: InferenceServer, namespace: str) -> SubmitFn:
     return submit
 
 
-def _check_step(core: InferenceServer, ensemble: str, step: Step, key: str) -> bool:
+def _check_step(core: Loads, ensemble: str, step: Step, key: str) -> bool:
     """Check the step against its model (``key``); return whether that model is decoupled."""
     try:
         mv = core.get_version(key, step.version)

@@ -18,11 +18,11 @@ from modelyard.serving.host import ModelLogRecord
 from modelyard.types import InferRequest, InferResponse
 
 if TYPE_CHECKING:
-    from modelyard.core.api import InferenceServer
+    from modelyard.core.parts import Hosted
 
 
 class CoreHost:
-    def __init__(self, core: InferenceServer):
+    def __init__(self, core: Hosted):
         self._core = core
         # The calls every BLS request makes go straight to the core (no extra frame), but
         # with namespacing: see _submit_by_name.

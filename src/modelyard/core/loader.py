@@ -35,7 +35,7 @@ from modelyard.serving.host import ModelHost
 from modelyard.serving.stats import ModelStats
 
 if TYPE_CHECKING:
-    from modelyard.core.api import InferenceServer
+    from modelyard.core.parts import Loads
 
 log = logging.getLogger("modelyard")
 
@@ -123,7 +123,7 @@ async def load_model(
     name: str,
     model_dir: str,
     opts: LoadOptions,
-    core: InferenceServer,
+    core: Loads,
     override: Any | None = None,
 ) -> list[ModelVersion]:
     """Load every version the policy selects; raise ModelyardError naming the cause."""

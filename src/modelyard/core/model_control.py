@@ -31,7 +31,7 @@ from modelyard.serving.first_response import histogram_for
 from modelyard.serving.summaries import LatencySummaries
 
 if TYPE_CHECKING:
-    from modelyard.core.api import InferenceServer
+    from modelyard.core.parts import Loads
 
 log = logging.getLogger("modelyard")
 
@@ -148,7 +148,7 @@ class ModelControl:
         self, name: str, location: str, override: Any | None
     ) -> list[ModelVersion]:
         """Start the versions a load of ``name`` selects (on a Ray cluster: deploy them)."""
-        core = cast("InferenceServer", self)  # (the base of InferenceServer only)
+        core = cast("Loads", self)  # (the base of InferenceServer only, which is one)
         model = self.registry.name_of(name)  # (a key with namespacing: the model is its name)
         return await load_model(model, location, self.options.load, core, override)
 

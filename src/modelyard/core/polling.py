@@ -5,7 +5,7 @@ each file and folder in it) with the previous poll's:
 
 - a new folder is loaded, a vanished one is unloaded, a changed one is reloaded; models whose
   files did not change are left alone;
-- a reload brings the new version up before the old one stops (see ``InferenceServer._load``),
+- a reload brings the new version up before the old one stops (see ``ModelControl.load``),
   and a failed reload leaves the old version serving;
 - a failed load is retried as soon as the model's files change again (Triton 2.51 stops
   noticing changes after one failed load: server#6534).
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from modelyard.core.api import InferenceServer
+    from modelyard.core.parts import Loads
 
 log = logging.getLogger("modelyard")
 
@@ -55,7 +55,7 @@ def snapshot(locations: dict[str, Path]) -> dict[str, Fingerprint]:
 
 
 class RepositoryPoller:
-    def __init__(self, core: InferenceServer, interval: float) -> None:
+    def __init__(self, core: Loads, interval: float) -> None:
         self.core = core
         self.interval = max(0.05, interval)
         self.seen: dict[str, Fingerprint] = {}
