@@ -75,7 +75,8 @@ class _Managed(ctypes.Structure):
     pass
 
 
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_Managed))
+_MANAGED_P = ctypes.POINTER(_Managed)
+_DELETER = ctypes.CFUNCTYPE(None, _MANAGED_P)
 _Managed._fields_ = [
     ("dl_tensor", _Tensor),
     ("manager_ctx", ctypes.c_void_p),
@@ -91,7 +92,8 @@ class _ManagedVersioned(ctypes.Structure):
     pass
 
 
-_DELETER_VERSIONED = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ManagedVersioned))
+_MANAGED_VERSIONED_P = ctypes.POINTER(_ManagedVersioned)
+_DELETER_VERSIONED = ctypes.CFUNCTYPE(None, _MANAGED_VERSIONED_P)
 _ManagedVersioned._fields_ = [
     ("version", _Version),
     ("manager_ctx", ctypes.c_void_p),
@@ -164,16 +166,16 @@ class Owner:
         self._address = address
         self._versioned = versioned
 
-    def __del__(self) -> None:
+    def __del__(
+        self,
+        cast: Any = ctypes.cast,
+        managed: Any = _MANAGED_P,
+        versioned: Any = _MANAGED_VERSIONED_P,
+    ) -> None:
+        # (Everything it uses is bound as a default: it may run while the interpreter exits.)
         address, self._address = self._address, 0
-        if not address:
-            return
-        if self._versioned:
-            mv = ctypes.cast(address, ctypes.POINTER(_ManagedVersioned))
-            if mv.contents.deleter:
-                mv.contents.deleter(mv)
-        else:
-            m = ctypes.cast(address, ctypes.POINTER(_Managed))
+        if address:
+            m = cast(address, versioned if self._versioned else managed)
             if m.contents.deleter:
                 m.contents.deleter(m)
 
@@ -219,21 +221,33 @@ def live_exports() -> int:
     return len(_exports)
 
 
-def _release(managed: Any) -> None:
-    _exports.pop(int(managed.contents.manager_ctx or 0), None)
+def _release(managed: Any, exports: dict[int, Any] = _exports) -> None:
+    # (The dict is bound here: a consumer may free its tensor while the interpreter exits,
+    # after this module's globals are gone.)
+    exports.pop(int(managed.contents.manager_ctx or 0), None)
 
 
-def _destroy_capsule(address: int | None) -> None:
+def _destroy_capsule(
+    address: int | None,
+    is_valid: Any = _raw_is_valid,
+    get_pointer: Any = _raw_get_pointer,
+    managed_pointer: Any = _MANAGED_P,
+    cast: Any = ctypes.cast,
+) -> None:
     # A capsule no consumer took: release what it references. (Consumers rename theirs.)
-    if address and _raw_is_valid(address, _NAME):
-        pointer = _raw_get_pointer(address, _NAME)
+    if address and is_valid(address, _NAME):
+        pointer = get_pointer(address, _NAME)
         if pointer:
-            managed = ctypes.cast(pointer, ctypes.POINTER(_Managed))
+            managed = cast(pointer, managed_pointer)
             managed.contents.deleter(managed)
 
 
 _deleter = _DELETER(_release)
 _capsule_destructor = _DESTRUCTOR(_destroy_capsule)
+# C code may call these after the module is torn down at exit (a consumer's tensor or a capsule
+# outliving it): one reference more each keeps their machine code from being freed.
+for _callback in (_deleter, _capsule_destructor):
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_callback))
 
 
 def make_capsule(
