@@ -3,6 +3,7 @@ memory of an imported DLPack tensor as a numpy array, and GPU memory held for a 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,22 +41,26 @@ _DL_OF_CODE: dict[int, tuple[int, int]] = {
     BF16_CODE: (_dlpack.KDL_BFLOAT, 16),
 }
 _CODE_OF_DL = {dl: code for code, dl in _DL_OF_CODE.items()}
-_NUMPY_OF_CODE: dict[int, Any] = {
-    1: np.bool_,
-    2: np.uint8,
-    3: np.uint16,
-    4: np.uint32,
-    5: np.uint64,
-    6: np.int8,
-    7: np.int16,
-    8: np.int32,
-    9: np.int64,
-    10: np.float16,
-    11: np.float32,
-    12: np.float64,
+_NUMPY_OF_CODE: dict[int, np.dtype[Any]] = {
+    code: np.dtype(t)
+    for code, t in (
+        (1, np.bool_),
+        (2, np.uint8),
+        (3, np.uint16),
+        (4, np.uint32),
+        (5, np.uint64),
+        (6, np.int8),
+        (7, np.int16),
+        (8, np.int32),
+        (9, np.int64),
+        (10, np.float16),
+        (11, np.float32),
+        (12, np.float64),
+    )
 }
 
 
+@functools.cache
 def bf16_dtype() -> np.dtype[Any]:
     """How BF16 elements are held on the host: ml_dtypes' bfloat16 (what the server's tensors
     use), or their raw 16 bits where ml_dtypes is missing."""
@@ -69,11 +74,12 @@ def bf16_dtype() -> np.dtype[Any]:
 
 
 def is_bf16(dtype: np.dtype[Any]) -> bool:
-    return dtype.name == "bfloat16"
+    # (Every tensor the server hands a model asks this: the cheap test first.)
+    return dtype.kind == "V" and dtype == bf16_dtype()
 
 
 def numpy_dtype(code: int) -> np.dtype[Any]:
-    return bf16_dtype() if code == BF16_CODE else np.dtype(_NUMPY_OF_CODE[code])
+    return bf16_dtype() if code == BF16_CODE else _NUMPY_OF_CODE[code]
 
 
 def dl_dtype(code: int) -> tuple[int, int, int]:
