@@ -135,8 +135,13 @@ class Tensor:
                 gpu.data, _dlpack.KDL_CUDA, gpu.device_id, gpu.shape, dl_dtype(gpu.code), self
             )
         arr = self._array
+        keep: Any = self
+        if not arr.flags.writeable:
+            # A read-only view (a frame's bytes) is exported as a copy: consumers may write.
+            arr = np.array(arr, copy=True)
+            keep = (self, arr)
         return _dlpack.make_capsule(
-            arr.ctypes.data, _dlpack.KDL_CPU, 0, tuple(arr.shape), dl_dtype(self._code), self
+            arr.ctypes.data, _dlpack.KDL_CPU, 0, tuple(arr.shape), dl_dtype(self._code), keep
         )
 
     def __dlpack__(

@@ -57,6 +57,17 @@ def test_to_dlpack_holds_one_reference_until_released() -> None:
     assert sys.getrefcount(t) - before == 0
 
 
+def test_read_only_arrays_are_exported_as_a_copy() -> None:
+    frame = np.frombuffer(b"\x00\x00\x80?\x00\x00\x00@", dtype=np.float32)  # read-only
+    t = pb.Tensor._from_server("r", frame)
+    before = sys.getrefcount(t)
+    out = torch.from_dlpack(t.to_dlpack())
+    assert sys.getrefcount(t) - before == 1
+    out += 1  # the copy, not the frame's bytes
+    np.testing.assert_array_equal(frame, [1.0, 2.0])
+    np.testing.assert_array_equal(out.numpy(), [2.0, 3.0])
+
+
 def test_memory_outlives_its_producer() -> None:
     source = torch.arange(3.0)
     t = pb.Tensor.from_dlpack("w", source)
