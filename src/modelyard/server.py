@@ -19,6 +19,7 @@ from modelyard.core.api import InferenceServer
 from modelyard.core.options import ServerOptions
 from modelyard.devices import supported_gpus
 from modelyard.fdlimit import raise_fd_limit
+from modelyard.frontends.base import Frontend
 from modelyard.frontends.cloud.options import check_cloud_flags, cloud_options
 from modelyard.frontends.openai.options import openai_options
 from modelyard.frontends.options import FrontendOptions, frontend_options
@@ -95,12 +96,12 @@ def _setup_logging(args: argparse.Namespace) -> None:
 
 async def start_frontends(
     core: InferenceServer, args: argparse.Namespace, fe: FrontendOptions
-) -> list[Any]:
+) -> list[Frontend]:
     """Bind and start the endpoints the flags ask for (before any model loads: they answer
     live while models load, and a port that cannot be had stops the start at once). Raises
     FrontendError, one line naming the endpoint, address and cause; nothing stays bound."""
     _check_ports(args)
-    frontends: list[Any] = []
+    frontends: list[Frontend] = []
     try:
         if args.allow_grpc:
             from modelyard.frontends.grpc.server import start_grpc_server
@@ -335,7 +336,7 @@ async def run_server(
     return code or (0 if clean else 1)
 
 
-async def _frontends_loaded(frontends: list[Any]) -> str | None:
+async def _frontends_loaded(frontends: list[Frontend]) -> str | None:
     """Why an endpoint that Triton starts only once the models are loaded (Vertex AI's, for
     its default model) cannot serve, or None."""
     for frontend in frontends:
@@ -381,12 +382,9 @@ def _start_backstop(after: float) -> None:
     threading.Thread(target=run, name="modelyard-exit-backstop", daemon=True).start()
 
 
-async def _close(frontend: Any, grace: float) -> None:
+async def _close(frontend: Frontend, grace: float) -> None:
     try:
-        try:
-            await frontend.close(grace)
-        except TypeError:
-            await frontend.close()
+        await frontend.close(grace)
     except Exception as e:  # shutting down anyway
         log.debug("closing %s: %s", frontend, e)
 
