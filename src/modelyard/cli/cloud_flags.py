@@ -14,7 +14,7 @@ import argparse
 import os
 from collections.abc import Mapping
 
-from modelyard.cli.network_flags import parse_bool
+from modelyard.cli.values import add_bool_flag
 
 
 def _port_range(value: str) -> tuple[int, int]:
@@ -29,20 +29,8 @@ def _port_range(value: str) -> tuple[int, int]:
         ) from None
 
 
-def _flag(s: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
-    s.add_argument(
-        name,
-        type=parse_bool,
-        nargs="?",
-        const=True,
-        default=default,
-        metavar="BOOL",
-        help=f"{help} (default: {str(default).lower()})",
-    )
-
-
 def add_cloud_flags(s: argparse.ArgumentParser, environ: Mapping[str, str] = os.environ) -> None:
-    _flag(s, "--allow-sagemaker", False, "serve SageMaker's /ping and /invocations")
+    add_bool_flag(s, "--allow-sagemaker", False, "serve SageMaker's /ping and /invocations")
     s.add_argument(
         "--sagemaker-port", type=int, default=8080, metavar="PORT", help="the SageMaker port"
     )
@@ -62,7 +50,7 @@ def add_cloud_flags(s: argparse.ArgumentParser, environ: Mapping[str, str] = os.
         help="accepted for Triton's command lines; no effect (one event loop serves)",
     )
     prediction = environ.get("AIP_MODE", "") == "PREDICTION"
-    _flag(
+    add_bool_flag(
         s,
         "--allow-vertex-ai",
         prediction,

@@ -15,6 +15,7 @@ from modelyard.cli.openai_flags import add_openai_flags
 from modelyard.cli.rate_limit_flags import add_rate_limit_flags
 from modelyard.cli.ray_flags import add_ray_flags
 from modelyard.cli.trace_flags import add_trace_flags
+from modelyard.cli.values import add_bool_flag, count, positive_int
 from modelyard.config.placement import DEFAULT_MIN_COMPUTE_CAPABILITY
 from modelyard.heap import DEFAULT_RETAIN_MB
 
@@ -38,42 +39,11 @@ def apply_grpc_environment(environ: MutableMapping[str, str]) -> None:
         environ.setdefault(key, value)
 
 
-def _bool(value: str | bool) -> bool:
-    if isinstance(value, bool):
-        return value
-    v = value.strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
-
-
 def _number(value: str) -> float:
     try:
         return float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got '{value}'") from None
-
-
-def _positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{value}'")
-    return n
-
-
-def _count(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{value}'")
-    return n
 
 
 def _config_name(value: str) -> str:
@@ -91,18 +61,6 @@ def _add_config_name(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="NAME",
         help="load each model's configs/NAME.pbtxt where it has one, else its config.pbtxt",
-    )
-
-
-def _flag(p: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
-    p.add_argument(
-        name,
-        type=_bool,
-        nargs="?",
-        const=True,
-        default=default,
-        metavar="BOOL",
-        help=f"{help} (default: {str(default).lower()})",
     )
 
 
@@ -210,10 +168,12 @@ def add_serve_flags(
     s.add_argument("--grpc-address", default="0.0.0.0", help="address the gRPC server binds")
     add_frontend_flags(s)
     add_openai_flags(s)
-    _flag(s, "--allow-http", True, "serve HTTP/REST")
-    _flag(s, "--allow-grpc", True, "serve gRPC")
-    _flag(s, "--allow-dashboard", True, "serve the read-only dashboard at /dashboard (HTTP port)")
-    _flag(
+    add_bool_flag(s, "--allow-http", True, "serve HTTP/REST")
+    add_bool_flag(s, "--allow-grpc", True, "serve gRPC")
+    add_bool_flag(
+        s, "--allow-dashboard", True, "serve the read-only dashboard at /dashboard (HTTP port)"
+    )
+    add_bool_flag(
         s,
         "--allow-client-shm",
         True,
@@ -254,19 +214,19 @@ def add_serve_flags(
     )
     s.add_argument(
         "--model-load-thread-count",
-        type=_positive_int,
+        type=positive_int,
         default=4,
         help="at most this many models load at once; the others wait",
     )
     s.add_argument(
         "--model-load-retry-count",
-        type=_count,
+        type=count,
         default=0,
         metavar="N",
         help="load a version whose instances fail to start up to N more times",
     )
     if not dev:  # (dev reloads models by folder name)
-        _flag(
+        add_bool_flag(
             s,
             "--model-namespacing",
             False,
@@ -274,7 +234,7 @@ def add_serve_flags(
             "each (a request by that name alone is refused as ambiguous)",
         )
     _add_config_name(s)
-    _flag(
+    add_bool_flag(
         s,
         "--strict-model-config",
         False,
@@ -285,7 +245,7 @@ def add_serve_flags(
         action="store_true",
         help="do not auto-complete model configurations",
     )
-    _flag(s, "--strict-readiness", True, "server ready only when every model is ready")
+    add_bool_flag(s, "--strict-readiness", True, "server ready only when every model is ready")
     s.add_argument(
         "--backend-config",
         action="append",
@@ -302,7 +262,7 @@ def add_serve_flags(
         help="GPUs below this CUDA compute capability are not used (KIND_GPU and KIND_AUTO "
         "instance groups)",
     )
-    _flag(
+    add_bool_flag(
         s,
         "--exit-on-error",
         not dev,
@@ -322,9 +282,9 @@ def add_serve_flags(
         "page-fault on every request; 0 keeps glibc's defaults",
     )
     s.add_argument("--log-verbose", type=int, default=0, help="verbose log level (0 = off)")
-    _flag(s, "--log-info", True, "log info lines")
-    _flag(s, "--log-warning", True, "log warnings")
-    _flag(s, "--log-error", True, "log errors")
+    add_bool_flag(s, "--log-info", True, "log info lines")
+    add_bool_flag(s, "--log-warning", True, "log warnings")
+    add_bool_flag(s, "--log-error", True, "log errors")
     s.add_argument(
         "--log-format",
         choices=["default", "ISO8601"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from modelyard.cli.network_flags import parse_bool
+from modelyard.cli.values import add_bool_flag
 from modelyard.serving.metrics_settings import (
     MetricsConfigError,
     MetricsSettings,
@@ -36,27 +36,15 @@ def _interval(value: str) -> float:
     return ms
 
 
-def _flag(s: argparse.ArgumentParser, name: str, default: bool, help: str) -> None:
-    s.add_argument(
-        name,
-        type=parse_bool,
-        nargs="?",
-        const=True,
-        default=default,
-        metavar="BOOL",
-        help=f"{help} (default: {str(default).lower()})",
-    )
-
-
 def add_metrics_flags(s: argparse.ArgumentParser) -> None:
-    _flag(s, "--allow-metrics", True, "serve Prometheus metrics")
-    _flag(
+    add_bool_flag(s, "--allow-metrics", True, "serve Prometheus metrics")
+    add_bool_flag(
         s,
         "--allow-gpu-metrics",
         _DEFAULTS.gpu,
         "GPU metrics; accepted for Triton's command lines (none are collected yet)",
     )
-    _flag(
+    add_bool_flag(
         s,
         "--allow-cpu-metrics",
         _DEFAULTS.cpu,

@@ -9,22 +9,11 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from modelyard.cli.values import parse_bool
 from modelyard.frontends.grpc.channel import COMPRESSION_LEVELS, GrpcChannel
 
 _DEFAULTS = GrpcChannel()
 _NAMES = {"http": "HTTP", "grpc": "gRPC"}
-
-
-def parse_bool(value: str | bool) -> bool:
-    """Triton's boolean option values (any case), and yes/no."""
-    if isinstance(value, bool):
-        return value
-    v = value.strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{value}'")
 
 
 class _MutualAction(argparse.Action):

@@ -8,6 +8,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
+from modelyard.cli.values import positive_int
 from modelyard.frontends.openai.options import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_PORT,
@@ -28,16 +29,6 @@ def _port(value: str) -> int:
             f"expected a port number (0 picks a free one), got '{value}'"
         )
     return port
-
-
-def _positive(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{value}'")
-    return n
 
 
 def _tokenizer(value: str) -> str:
@@ -113,7 +104,7 @@ def add_openai_flags(s: argparse.ArgumentParser) -> None:
     )
     s.add_argument(
         "--default-max-tokens",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_MAX_TOKENS,
         metavar="N",
         help="max_tokens of an OpenAI request that does not say",
