@@ -42,9 +42,7 @@ class EnsembleLoadError(InvalidArgument):
     ``load failed for model '<m>': <message>\n`` and lists the ensemble with no state."""
 
 
-async def load_ensemble(
-    name: str, model_dir: str, cfg: Any, core: Loads
-) -> list[ModelVersion]:
+async def load_ensemble(name: str, model_dir: str, cfg: Any, core: Loads) -> list[ModelVersion]:
 
     cfg = normalize_config(cfg, name, model_dir=model_dir)
     validate_config(cfg)

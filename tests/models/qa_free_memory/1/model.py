@@ -1,8 +1,9 @@
 import json
 import os
 
-import c_python_backend_utils as c_utils
 import numpy as np
+
+import c_python_backend_utils as c_utils
 import triton_python_backend_utils as pb_utils
 
 
