@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from . import _cuda, _dlpack
 from ._errors import TritonModelException
-from ._types import BF16_CODE
+from ._types import _CODE_TYPES, BF16_CODE, BYTES_CODE
 
 __all__ = [
     "DeviceMemory",
@@ -41,22 +41,9 @@ _DL_OF_CODE: dict[int, tuple[int, int]] = {
     BF16_CODE: (_dlpack.KDL_BFLOAT, 16),
 }
 _CODE_OF_DL = {dl: code for code, dl in _DL_OF_CODE.items()}
+# The numeric types (BYTES has no DLPack form), from _types' one table of codes.
 _NUMPY_OF_CODE: dict[int, np.dtype[Any]] = {
-    code: np.dtype(t)
-    for code, t in (
-        (1, np.bool_),
-        (2, np.uint8),
-        (3, np.uint16),
-        (4, np.uint32),
-        (5, np.uint64),
-        (6, np.int8),
-        (7, np.int16),
-        (8, np.int32),
-        (9, np.int64),
-        (10, np.float16),
-        (11, np.float32),
-        (12, np.float64),
-    )
+    code: np.dtype(t) for code, t in _CODE_TYPES if code != BYTES_CODE
 }
 
 
