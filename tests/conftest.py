@@ -28,12 +28,29 @@ START_TIMEOUT_S = 120.0  # a guard for a loaded machine, not a speed limit
 # A differential test's setup starts the reference Triton and modelyard and probes both: on a
 # loaded 2-core machine that can take longer than the suite's 120 s per test.
 REFERENCE_TEST_TIMEOUT_S = 600
+LOG_TAIL_LINES = 60  # of each running server's output, shown with a failed test
+_running: list[ServerProcess] = []  # servers the ``serving`` fixture started and has not stopped
+_stopped: list[ServerProcess] = []  # ... and those it stopped since the current test began
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("reference") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(REFERENCE_TEST_TIMEOUT_S))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """A failed test shows the end of each running server's log: a worker that died, a
+    model that failed to load, say why only there (CI keeps nothing else)."""
+    if call.when == "setup":
+        _stopped.clear()
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if report.failed:
+        for srv in _running + _stopped:
+            tail = "".join(srv.log[-LOG_TAIL_LINES:])
+            report.sections.append((f"server pid {srv.proc.pid}: last lines of its log", tail))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -90,9 +107,12 @@ class Serving:
         flags += mode_args(mode) if mode else ()
         srv = start_server(repo, *flags, *args, timeout=timeout, env=dict(env or {}),
                            expect=tuple(endpoints))  # fmt: skip
+        _running.append(srv)
         try:
             yield srv
         finally:
+            _running.remove(srv)
+            _stopped.append(srv)
             srv.stop(stop_timeout)
 
 

@@ -20,8 +20,11 @@ class TritonPythonModel:
                     sender.send(pb_utils.InferenceResponse(error=response.error()))
                     break
                 if response.output_tensors():
-                    sender.send(pb_utils.InferenceResponse(
-                        response.output_tensors(), parameters=json.loads(response.parameters() or "{}")
-                    ))
+                    sender.send(
+                        pb_utils.InferenceResponse(
+                            response.output_tensors(),
+                            parameters=json.loads(response.parameters() or "{}"),
+                        )
+                    )
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None

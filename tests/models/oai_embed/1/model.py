@@ -16,8 +16,14 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()[0].decode()
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("embedding", embed(text)),
-                pb_utils.Tensor("num_input_tokens", np.array([len(text.split())], np.int32)),
-            ]))
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [
+                        pb_utils.Tensor("embedding", embed(text)),
+                        pb_utils.Tensor(
+                            "num_input_tokens", np.array([len(text.split())], np.int32)
+                        ),
+                    ]
+                )
+            )
         return responses

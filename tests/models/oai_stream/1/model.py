@@ -45,13 +45,16 @@ class TritonPythonModel:
         words = [("" if i == 0 else " ") + f"w{i + 1}" for i in range(sampling["max_tokens"])]
         params = {"finish_reason": sampling["finish_reason"]} if "finish_reason" in sampling else {}
         if not stream:
-            sender.send(_response("".join(words), len(prompt.split()), len(words), params),
-                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            sender.send(
+                _response("".join(words), len(prompt.split()), len(words), params),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
             return
         for i, word in enumerate(words):
             last = i == len(words) - 1
             sender.send(
-                _response(word, len(prompt.split()) if i == 0 else None, 1,
-                          params if last else None),
+                _response(
+                    word, len(prompt.split()) if i == 0 else None, 1, params if last else None
+                ),
                 flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0,
             )

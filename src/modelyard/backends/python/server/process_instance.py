@@ -45,7 +45,7 @@ from modelyard.backends.python.protocol.messages import (
     WorkerMessage,
     decode_worker_message,
 )
-from modelyard.backends.python.server import packing
+from modelyard.backends.python.server import child_process, packing
 from modelyard.backends.python.server.bls import WorkerCalls
 from modelyard.backends.python.server.exec_env import ExecEnv
 from modelyard.backends.python.server.restart import RestartPolicy
@@ -117,7 +117,7 @@ class PythonWorker(WorkerRequests, WorkerHealth):
         self._to_free: list[str] = []
         self._flush_scheduled = False
         self._proto: framing.FrameProtocol | None = None
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: child_process.ChildProcess | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._call_ids = itertools.count(1)
@@ -154,9 +154,7 @@ class PythonWorker(WorkerRequests, WorkerHealth):
             command = [self.spec.python, "-m", WORKER_MODULE, *args]
             environ = _worker_env()
         try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *command, pass_fds=(child.fileno(),), env=environ
-            )
+            self._proc = child_process.spawn(command, environ, (child.fileno(),))
         finally:
             child.close()
         _, proto = await self._loop.create_unix_connection(
@@ -265,6 +263,13 @@ class PythonWorker(WorkerRequests, WorkerHealth):
             raise InternalError(
                 f"{what} of model instance '{self.name}' did not finish within {timeout:g} s"
             ) from None
+        except InternalError as e:
+            if self._alive or self._stopping or self._started:
+                raise  # the restart loop (a started worker) says how its process ended
+            # Lost before it ever served (start, auto-complete, initialize): nobody else
+            # will say how the process ended, and that is the one clue to why.
+            how = await self._reap(False)
+            raise InternalError(f"{e.message} Its worker {how}." if how else e.message) from None
         finally:
             self._calls.pop(call_id, None)
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from modelyard.backends.instance import Instance
 from modelyard.backends.python.protocol import framing, tensor_pool
 from modelyard.backends.python.protocol.messages import IsReady, ServerMessage
+from modelyard.backends.python.server.child_process import ChildProcess
 from modelyard.backends.python.server.readiness import UserReadiness, check_result
 from modelyard.backends.python.server.restart import Supervisor, describe_exit
 from modelyard.errors import ModelyardError
@@ -31,7 +32,7 @@ class WorkerHealth(Instance):
     _pool: tensor_pool.ShmPool
     mapper: tensor_pool.ShmMapper
     _region_tokens: set[int]
-    _proc: asyncio.subprocess.Process | None
+    _proc: ChildProcess | None
     _proto: framing.FrameProtocol | None
 
     def _init_health(self) -> None:
