@@ -13,7 +13,6 @@ exit code 1 when any model is broken, 2 when the repository cannot be read.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import sys
@@ -23,7 +22,6 @@ from typing import TextIO
 
 from modelyard import logs
 from modelyard.backends.loader import LoadOptions
-from modelyard.config.backend_settings import parse_backend_config
 from modelyard.config.normalize import normalize_config
 from modelyard.config.repository import ModelLocation, scan_repositories
 from modelyard.config.validate import validate_config
@@ -48,16 +46,23 @@ class Result:
         return self.error is None
 
 
-def run_check(args: argparse.Namespace) -> int:
-    logs.configure(
-        logs.LogConfig(log_info=args.verbose, log_warning=args.verbose, log_error=args.verbose)
-    )
-    opts = LoadOptions(
-        backend_settings=parse_backend_config(args.backend_config),
-        config_name=args.model_config_name or "",
-    )
+@dataclass(frozen=True)
+class CheckConfig:
+    """``modelyard check``'s command line, typed."""
+
+    repository: Path
+    config_name: str  # --model-config-name ("" for none)
+    backend_settings: dict[str, dict[str, str]]  # --backend-config, by backend
+    load: bool  # --load: initialize and finalize each model too
+    verbose: bool  # -v: the server's log on stderr
+
+
+def run_check(config: CheckConfig) -> int:
+    verbose = config.verbose
+    logs.configure(logs.LogConfig(log_info=verbose, log_warning=verbose, log_error=verbose))
+    opts = LoadOptions(backend_settings=config.backend_settings, config_name=config.config_name)
     try:
-        results = asyncio.run(check_repository(Path(args.repository), opts, args.load))
+        results = asyncio.run(check_repository(config.repository, opts, config.load))
     except ModelyardError as e:  # the repository itself cannot be read
         print(f"modelyard check: error: {e.message}", file=sys.stderr)
         return 2

@@ -11,8 +11,8 @@ failure with the file, line and source line of the mistake.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import dataclasses
 import logging
 import re
 import sys
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from modelyard.error_location import describe
 from modelyard.errors import ModelyardError
 from modelyard.server import serve
+from modelyard.server_config import ServerConfig
 from modelyard.serving import model_errors
 
 if TYPE_CHECKING:
@@ -37,14 +38,24 @@ STEP_MS = 50
 DEBOUNCE_MS = 400
 
 
-def run_dev(args: argparse.Namespace) -> int:
-    args.model_repository = [args.repository, *args.model_repository]
-    # In this process (debuggers, breakpoint()); a model's own EXECUTION_ENV_PATH still wins.
-    args.backend_config = ["python,execution-mode=in-process", *args.backend_config]
+def run_dev(config: ServerConfig) -> int:
+    """Serve ``config`` (``dev``'s flags: serve's, its repository first) as the dev server."""
+    config = in_process(config)
     # A source edited within the second its bytecode was cached could load stale code.
     sys.dont_write_bytecode = True
     log.addFilter(_one_report_per_failed_load)
-    return serve(args, setup=lambda core: _start(core, args.model_repository))
+    repositories = config.core.repositories
+    return serve(config, setup=lambda core: _start(core, repositories))
+
+
+def in_process(config: ServerConfig) -> ServerConfig:
+    """``config`` with Python models in this process (debuggers, ``breakpoint()``), unless
+    ``--backend-config python,execution-mode=...`` says otherwise; a model's own
+    EXECUTION_ENV_PATH still wins."""
+    load = config.core.load
+    python = {"execution-mode": "in-process", **load.settings("python")}
+    load = dataclasses.replace(load, backend_settings={**load.backend_settings, "python": python})
+    return dataclasses.replace(config, core=dataclasses.replace(config.core, load=load))
 
 
 def _one_report_per_failed_load(record: logging.LogRecord) -> bool:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -13,122 +13,54 @@ import time
 from typing import Any
 
 from modelyard import logs
-from modelyard.backends.loader import LoadOptions
-from modelyard.config.backend_settings import parse_backend_config
 from modelyard.core.api import InferenceServer
-from modelyard.core.options import ServerOptions
 from modelyard.devices import supported_gpus
 from modelyard.fdlimit import raise_fd_limit
 from modelyard.frontends.base import Frontend
-from modelyard.frontends.cloud.options import check_cloud_flags, cloud_options
-from modelyard.frontends.openai.options import openai_options
-from modelyard.frontends.options import FrontendOptions, frontend_options
+from modelyard.frontends.cloud.options import check_environment, cloud_options
 from modelyard.heap import retain_freed_memory
-from modelyard.metrics.options import metrics_settings, resolve_metrics_address
-from modelyard.scheduling.rate_limiter import RateLimitSettings
-from modelyard.tracing.config import TraceConfig, TraceConfigError, parse_trace_flags
+from modelyard.server_config import ServerConfig
 
 log = logging.getLogger("modelyard")
 
 
-def options_from_args(args: argparse.Namespace) -> ServerOptions:
-    return ServerOptions(
-        repositories=list(args.model_repository),
-        control_mode=args.model_control_mode,
-        namespacing=getattr(args, "model_namespacing", False),  # (serve's flag, not dev's)
-        load_models=list(args.load_model),
-        server_id=args.id,
-        strict_readiness=args.strict_readiness,
-        exit_on_error=args.exit_on_error,
-        exit_timeout=args.exit_timeout_secs,
-        poll_secs=args.repository_poll_secs,
-        load_threads=args.model_load_thread_count,
-        allow_client_shm=args.allow_client_shm,
-        cache_bytes=_cache_bytes(args.cache_config),
-        trace=_trace_config(args.trace_flags),
-        rate_limit=RateLimitSettings(args.rate_limit, tuple(args.rate_limit_resource)),
-        metrics=metrics_settings(args),
-        load=LoadOptions(
-            auto_complete=not (args.strict_model_config or args.disable_auto_complete_config),
-            backend_settings=parse_backend_config(args.backend_config),
-            config_name=args.model_config_name or "",
-            retry_count=args.model_load_retry_count,
-            gpus=supported_gpus(args.min_supported_compute_capability),
-        ),
-    )
-
-
-def _cache_bytes(items: list[str]) -> int:
-    from modelyard.core.response_cache import parse_cache_config
-
+def _setup_logging(config: logs.LogConfig) -> None:
     try:
-        return parse_cache_config(items)
-    except ValueError as e:
-        raise SystemExit(str(e)) from None
-
-
-def _trace_config(flags: list[tuple[str, str]]) -> TraceConfig:
-    def warn(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)  # raw, as Triton prints them
-
-    try:
-        return parse_trace_flags(flags, warn)
-    except TraceConfigError as e:
-        raise SystemExit(str(e)) from None
-
-
-def _setup_logging(args: argparse.Namespace) -> None:
-    if args.log_verbose < 0:
-        raise SystemExit(f"--log-verbose must be 0 or more, got {args.log_verbose}")
-    config = logs.LogConfig(
-        log_file=args.log_file,
-        log_info=args.log_info,
-        log_warning=args.log_warning,
-        log_error=args.log_error,
-        log_verbose_level=args.log_verbose,
-        log_format=args.log_format,
-    )
-    try:
-        logs.configure(config)
+        logs.configure(dataclasses.replace(config))  # (a copy: v2/logging changes its own)
     except OSError as e:
-        raise SystemExit(f"--log-file: cannot open '{args.log_file}': {e.strerror}") from None
+        raise SystemExit(f"--log-file: cannot open '{config.log_file}': {e.strerror}") from None
 
 
-async def start_frontends(
-    core: InferenceServer, args: argparse.Namespace, fe: FrontendOptions
-) -> list[Frontend]:
-    """Bind and start the endpoints the flags ask for (before any model loads: they answer
-    live while models load, and a port that cannot be had stops the start at once). Raises
-    FrontendError, one line naming the endpoint, address and cause; nothing stays bound."""
-    _check_ports(args)
+async def start_frontends(core: InferenceServer, config: ServerConfig) -> list[Frontend]:
+    """Bind and start the endpoints the configuration asks for (before any model loads: they
+    answer live while models load, and a port that cannot be had stops the start at once).
+    Raises FrontendError, one line naming the endpoint, address and cause; nothing stays
+    bound."""
+    _check_ports(config)
+    fe, http, grpc = config.frontends, config.endpoints.http, config.endpoints.grpc
+    metrics = config.endpoints.metrics
     frontends: list[Frontend] = []
     try:
-        if args.allow_grpc:
+        if grpc.allow:
             from modelyard.frontends.grpc.server import start_grpc_server
 
-            frontends.append(
-                await _bind(
-                    "gRPC service",
-                    args.grpc_address,
-                    args.grpc_port,
-                    start_grpc_server(
-                        core,
-                        args.grpc_address,
-                        args.grpc_port,
-                        fe.grpc_restrictions,
-                        fe.grpc_channel,
-                        fe.grpc_tls,
-                        fe.grpc_forward,
-                    ),
-                )
+            grpc_start = start_grpc_server(
+                core,
+                grpc.address,
+                grpc.port,
+                fe.grpc_restrictions,
+                fe.grpc_channel,
+                fe.grpc_tls,
+                fe.grpc_forward,
             )
-        if args.allow_http:
+            frontends.append(await _bind("gRPC service", grpc.address, grpc.port, grpc_start))
+        if http.allow:
             from modelyard.frontends.http.server import start_http_server
 
-            http = start_http_server(
+            http_start = start_http_server(
                 core,
-                args.http_address,
-                args.http_port,
+                http.address,
+                http.port,
                 fe.http_limits,
                 fe.http_restrictions,
                 fe.dashboard,
@@ -136,21 +68,21 @@ async def start_frontends(
                 fe.http_forward,
                 fe.reuse_http_port,
             )
-            frontends.append(await _bind("HTTP service", args.http_address, args.http_port, http))
-        if args.allow_metrics:
+            frontends.append(await _bind("HTTP service", http.address, http.port, http_start))
+        if metrics.allow:
             from modelyard.metrics.server import start_metrics_server
 
-            metrics = start_metrics_server(core, args.metrics_address, args.metrics_port)
+            metrics_start = start_metrics_server(core, metrics.address, metrics.port)
             frontends.append(
-                await _bind("metrics service", args.metrics_address, args.metrics_port, metrics)
+                await _bind("metrics service", metrics.address, metrics.port, metrics_start)
             )
-        openai = openai_options(args)
+        openai = config.openai
         if openai is not None:
             from modelyard.frontends.openai.server import start_openai_server
 
             start = start_openai_server(core, openai, fe.http_limits)
             frontends.append(await _bind("OpenAI service", openai.address, openai.port, start))
-        cloud = cloud_options(args)  # (checked in serve())
+        cloud = cloud_options(config.cloud)  # (checked in serve())
         if cloud.sagemaker is not None:
             from modelyard.frontends.cloud.sagemaker import start_sagemaker_server
 
@@ -184,23 +116,24 @@ async def _bind(what: str, host: str, port: int, start: Any) -> Any:
         ) from None
 
 
-def _check_ports(args: argparse.Namespace) -> None:
+def _check_ports(config: ServerConfig) -> None:
     """A port another process listens on stops the start before anything binds (gRPC would
     print lines of its own first)."""
-    for what, flag in (
-        ("gRPC service", "grpc"),
-        ("HTTP service", "http"),
-        ("metrics service", "metrics"),
+    e, fe = config.endpoints, config.frontends
+    for what, endpoint, reuse_port in (
+        ("gRPC service", e.grpc, fe.grpc_channel.reuse_port),
+        ("HTTP service", e.http, fe.reuse_http_port),
+        ("metrics service", e.metrics, False),
     ):
-        host, port = getattr(args, f"{flag}_address"), getattr(args, f"{flag}_port")
-        if getattr(args, f"allow_{flag}") and port:
-            problem = _probe(host, port, getattr(args, f"reuse_{flag}_port", False))
+        host, port = endpoint.address, endpoint.port
+        if endpoint.allow and port:
+            problem = _probe(host, port, reuse_port)
             if problem is not None:
                 raise FrontendError(
                     f"failed to start a frontend: the {what} cannot listen on {host}:{port}: "
                     f"{_words(problem)}"
                 )
-    openai = openai_options(args)
+    openai = config.openai
     if openai is not None and openai.port and (problem := _probe(openai.address, openai.port)):
         raise FrontendError(
             "failed to start a frontend: the OpenAI service cannot listen on "
@@ -260,21 +193,20 @@ def missing_repositories(paths: list[str]) -> list[str]:
 INITIAL_LOAD_DONE = logs.INITIAL_LOAD_DONE  # the line tests and tools wait for
 
 
-async def run_server(
-    args: argparse.Namespace, fe: FrontendOptions, setup: Any | None = None
-) -> int:
+async def run_server(config: ServerConfig, setup: Any | None = None) -> int:
     """Serve until SIGINT/SIGTERM: the endpoints first (live, not ready), then the models,
-    then the ready server; then the ordered shutdown. ``setup(core)``, when given, runs once
-    the models are loaded (the dev server starts watching there) and may return an object
-    with an async ``close()``, closed before the shutdown."""
-    core = InferenceServer(options_from_args(args))
+    then the ready server; then the ordered shutdown. ``config`` is as ``serve`` completes
+    it (``at_start``). ``setup(core)``, when given, runs once the models are loaded (the dev
+    server starts watching there) and may return an object with an async ``close()``, closed
+    before the shutdown."""
+    core = InferenceServer(config.core)
     try:
         core.tracer.start()  # (the exporter's settings, checked before anything binds)
     except ValueError as e:
         log.error("%s", e)
         return 1
     try:
-        frontends = await start_frontends(core, args, fe)
+        frontends = await start_frontends(core, config)
     except FrontendError as e:
         log.error("%s", e)
         return 1
@@ -294,7 +226,7 @@ async def run_server(
     interrupted = not loading.done()
     if interrupted:
         log.info("stopping while the models load")
-        _start_backstop(args.exit_timeout_secs + BACKSTOP_GRACE_S)
+        _start_backstop(config.core.exit_timeout + BACKSTOP_GRACE_S)
         loading.cancel()
         await asyncio.gather(loading, return_exceptions=True)
     else:
@@ -308,7 +240,7 @@ async def run_server(
             len(failed),
             f" ({', '.join(failed)})" if failed else "",
         )
-        if failed and args.exit_on_error:
+        if failed and config.core.exit_on_error:
             log.error("failed to load all models: %s", ", ".join(failed))
             stop.set()
             code, load_failed = 1, True
@@ -322,9 +254,9 @@ async def run_server(
     stopped.cancel()
     if extra is not None:
         await extra.close()
-    log.info("shutting down: draining in-flight requests (up to %g s)", args.exit_timeout_secs)
+    log.info("shutting down: draining in-flight requests (up to %g s)", config.core.exit_timeout)
     if not interrupted:
-        _start_backstop(args.exit_timeout_secs + BACKSTOP_GRACE_S)
+        _start_backstop(config.core.exit_timeout + BACKSTOP_GRACE_S)
     # Ordered shutdown: the models drain (new requests refused) and finalize within the exit
     # timeout, or are cut off; then the connections close (every request has its answer).
     clean = await core.stop()
@@ -389,24 +321,34 @@ async def _close(frontend: Frontend, grace: float) -> None:
         log.debug("closing %s: %s", frontend, e)
 
 
-def serve(args: argparse.Namespace, setup: Any | None = None) -> int:
-    """``modelyard serve`` (``setup``: see run_server)."""
-    _setup_logging(args)
-    if args.heap_retain_mb < 0:
-        raise SystemExit(f"--heap-retain-mb must be 0 or more, got {args.heap_retain_mb}")
-    problems = missing_repositories(args.model_repository)
+def at_start(config: ServerConfig) -> ServerConfig:
+    """``config`` completed with what the running process says: the HTTP connection cap
+    from the open-file limit (raised here) and the GPUs models may use."""
+    load = dataclasses.replace(config.core.load, gpus=supported_gpus(config.min_compute_capability))
+    return dataclasses.replace(
+        config,
+        frontends=config.frontends.at_fd_limit(raise_fd_limit()),
+        core=dataclasses.replace(config.core, load=load),
+    )
+
+
+def serve(config: ServerConfig, setup: Any | None = None) -> int:
+    """Run the server ``config`` describes until SIGINT/SIGTERM (``modelyard serve``; from
+    Python: ``serve(ServerConfig.from_args([...]))``); returns the exit code. ``setup``: see
+    run_server."""
+    _setup_logging(config.log)
+    for line in config.warnings:
+        log.warning("%s", line)
+    problems = missing_repositories(config.core.repositories)
     if problems:
         for problem in problems:
             log.error("%s", problem)
         return 1
-    retain_freed_memory(args.heap_retain_mb << 20)
-    resolve_metrics_address(args)  # (before the checks that read it)
-    fe = frontend_options(args, raise_fd_limit())
-    check_cloud_flags(args)
+    retain_freed_memory(config.heap_retain_mb << 20)
+    config = at_start(config)
+    check_environment(config.cloud)
     loop = os.environ.get("MODELYARD_EVENT_LOOP", "uvloop")
-    if getattr(args, "ray", ""):
-        if getattr(args, "model_namespacing", False):
-            raise SystemExit("--model-namespacing is not supported with --ray")
+    if config.ray is not None:
         try:
             from modelyard.ray.driver import run
         except ImportError as e:
@@ -415,13 +357,13 @@ def serve(args: argparse.Namespace, setup: Any | None = None) -> int:
             raise SystemExit(
                 f"--ray needs Ray Serve, which is not installed ({e}): pip install 'modelyard[ray]'"
             ) from None
-        code = run(args, fe, options_from_args(args))
+        code = run(config)
     elif loop == "uvloop":
         import uvloop
 
-        code = uvloop.run(run_server(args, fe, setup))
+        code = uvloop.run(run_server(config, setup))
     else:
-        code = asyncio.run(run_server(args, fe, setup))
+        code = asyncio.run(run_server(config, setup))
     if code:
         # Cut off at the exit timeout: a model thread (in-process mode) may still hang in
         # execute or finalize, and the interpreter would wait for it at exit.

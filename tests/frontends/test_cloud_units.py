@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from modelyard.cli.cloud_flags import add_cloud_flags, default_repository
+from modelyard.cli.cloud_flags import add_cloud_flags, default_repositories
 from modelyard.cli.main import build_parser
 from modelyard.errors import InvalidArgument
 from modelyard.frontends.cloud.forward import header_length
@@ -15,16 +15,18 @@ from modelyard.frontends.cloud.options import (
     NO_DEFAULT_MODEL,
     CloudError,
     cloud_options,
-    port_collision,
 )
 from modelyard.frontends.cloud.sagemaker import MIME
 from modelyard.frontends.cloud.vertex import redirect_method
+from modelyard.server_config import ServerConfig
 
 
 def _serve(*flags: str) -> argparse.Namespace:
-    args = build_parser().parse_args(["serve", "repo", *flags])
-    args.metrics_address = args.metrics_address or args.http_address
-    return args
+    return build_parser().parse_args(["serve", "repo", *flags])
+
+
+def _config(*flags: str) -> ServerConfig:
+    return ServerConfig.from_args(["repo", *flags])
 
 
 def test_tritons_defaults() -> None:
@@ -61,19 +63,16 @@ def test_a_bad_aip_http_port_is_the_flags_error(capsys: pytest.CaptureFixture[st
 
 
 def test_aip_storage_uri_is_the_repository_when_none_is_given() -> None:
-    args = argparse.Namespace(model_repository=[])
-    default_repository(args, {"AIP_STORAGE_URI": "/mnt/models"})
-    assert args.model_repository == ["/mnt/models"]
-    args = argparse.Namespace(model_repository=["/mine"])
-    default_repository(args, {"AIP_STORAGE_URI": "/mnt/models"})
-    assert args.model_repository == ["/mine"]
+    assert default_repositories([], {"AIP_STORAGE_URI": "/mnt/models"}) == ["/mnt/models"]
+    assert default_repositories(["/mine"], {"AIP_STORAGE_URI": "/mnt/models"}) == ["/mine"]
+    assert default_repositories([], {}) == []
 
 
 def test_the_environment_the_endpoints_read() -> None:
-    args = _serve("--allow-sagemaker", "--allow-vertex-ai")
+    settings = _config("--allow-sagemaker", "--sagemaker-port", "9000", "--allow-vertex-ai").cloud
     with pytest.raises(CloudError, match="API_PREDICT_ROUTE is not defined"):
-        cloud_options(args, {})
-    cloud = cloud_options(args, {"AIP_PREDICT_ROUTE": "/p", "AIP_HEALTH_ROUTE": "/h.*",
+        cloud_options(settings, {})
+    cloud = cloud_options(settings, {"AIP_PREDICT_ROUTE": "/p", "AIP_HEALTH_ROUTE": "/h.*",
                                  "SAGEMAKER_TRITON_PING_MODE": "live"})  # fmt: skip
     assert cloud.sagemaker is not None and cloud.vertex is not None
     assert (cloud.sagemaker.default_model, cloud.sagemaker.ping_mode) == (NO_DEFAULT_MODEL, "live")
@@ -101,8 +100,16 @@ def test_the_environment_the_endpoints_read() -> None:
         (("--allow-grpc=false", "--grpc-port", "8000"), None),
     ],
 )  # fmt: skip
-def test_tritons_port_check(flags: tuple[str, ...], message: str | None) -> None:
-    assert port_collision(_serve(*flags)) == message
+def test_tritons_port_check(
+    flags: tuple[str, ...], message: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if message is None:
+        _config(*flags)
+        return
+    with pytest.raises(SystemExit) as e:  # a bad command line: one line, exit code 2
+        _config(*flags)
+    assert e.value.code == 2
+    assert capsys.readouterr().err == f"modelyard serve: error: {message}\n"
 
 
 @pytest.mark.parametrize(

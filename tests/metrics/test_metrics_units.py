@@ -12,7 +12,8 @@ import pytest
 from modelyard.cli.main import build_parser
 from modelyard.metrics.exposition import prom_number, render_stats
 from modelyard.metrics.host_gauges import CpuSampler, read_cpu_times, read_memory
-from modelyard.metrics.options import metrics_settings, resolve_metrics_address
+from modelyard.metrics.options import metrics_address
+from modelyard.server_config import ServerConfig
 from modelyard.serving.metrics_settings import (
     DEFAULT_QUANTILES,
     MetricsConfigError,
@@ -67,22 +68,27 @@ def test_triton_compares_true_and_false_exactly() -> None:
 
 
 def test_flags_become_the_settings_and_cpu_needs_metrics() -> None:
-    args = _serve("--metrics-config", "summary_latencies=true", "--metrics-interval-ms", "250")
-    settings = metrics_settings(args)  # type: ignore[arg-type]
+    config = ServerConfig.from_args(
+        ["repo", "--metrics-config", "summary_latencies=true", "--metrics-interval-ms", "250"]
+    )
+    settings = config.core.metrics
     assert settings.summaries and settings.interval_ms == 250 and settings.cpu
     assert settings.quantiles == DEFAULT_QUANTILES
-    off = metrics_settings(_serve("--allow-metrics=false", "--metrics-config",  # type: ignore[arg-type]
-                                  "summary_latencies=true"))  # fmt: skip
-    assert not (off.cpu or off.gpu or off.summaries)
+    off = ServerConfig.from_args(["repo", "--allow-metrics=false", "--metrics-config",
+                                  "summary_latencies=true", "--metrics-config", "nope=1"])  # fmt: skip
+    assert not (off.core.metrics.cpu or off.core.metrics.gpu or off.core.metrics.summaries)
+    # (logged once the server's log is set up)
+    assert off.warnings == ("--metrics-config nope=1 is ignored: not a setting Triton 2.51 knows",)
 
 
 def test_the_metrics_address_defaults_to_the_http_address() -> None:
-    args = _serve("--http-address", "127.0.0.2")
-    resolve_metrics_address(args)  # type: ignore[arg-type]
-    assert args.metrics_address == "127.0.0.2"  # type: ignore[attr-defined]
-    args = _serve("--http-address", "127.0.0.2", "--metrics-address", "127.0.0.3")
-    resolve_metrics_address(args)  # type: ignore[arg-type]
-    assert args.metrics_address == "127.0.0.3"  # type: ignore[attr-defined]
+    config = ServerConfig.from_args(["repo", "--http-address", "127.0.0.2"])
+    assert config.endpoints.metrics.address == "127.0.0.2"
+    config = ServerConfig.from_args(
+        ["repo", "--http-address", "127.0.0.2", "--metrics-address", "127.0.0.3"]
+    )
+    assert config.endpoints.metrics.address == "127.0.0.3"
+    assert metrics_address(None, "::1") == "::1" and metrics_address("", "::1") == ""
 
 
 @pytest.mark.parametrize(

@@ -227,13 +227,15 @@ def test_sticky_router_agrees_on_one_owner_per_key() -> None:
 
 def test_the_local_instance_s_size_is_refused_for_a_cluster_one_joins() -> None:
     pytest.importorskip("ray.serve", reason="ray[serve] is not installed")
-    from modelyard.cli.main import build_parser
-    from modelyard.ray.driver import local_flags_problem
+    from dataclasses import replace
 
-    parse = build_parser().parse_args
-    assert local_flags_problem(parse(["serve", "r", "--ray", "local", "--ray-num-cpus", "2"])) == ""
-    assert local_flags_problem(parse(["serve", "r", "--ray", "auto"])) == ""
-    problem = local_flags_problem(parse(["serve", "r", "--ray", "auto", "--ray-num-gpus", "1"]))
+    from modelyard.server_config import ServerConfig, local_flags_problem
+
+    local = ServerConfig.from_args(["r", "--ray", "local", "--ray-num-cpus", "2"]).ray
+    assert local is not None and local_flags_problem(local) == ""
+    joined = ServerConfig.from_args(["r", "--ray", "auto"]).ray
+    assert joined is not None and local_flags_problem(joined) == ""
+    problem = local_flags_problem(replace(joined, num_gpus=1.0))
     assert problem == (
         "--ray-num-gpus sizes the Ray instance of --ray local; the cluster at 'auto' has its own"
     )

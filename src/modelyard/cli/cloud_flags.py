@@ -83,8 +83,8 @@ def add_cloud_flags(s: argparse.ArgumentParser, environ: Mapping[str, str] = os.
         s.set_defaults(allow_http=False, allow_grpc=False)
 
 
-def default_repository(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> None:
-    """No repository given: ``AIP_STORAGE_URI``'s, as Triton takes it."""
+def default_repositories(given: list[str], environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The repositories to serve: those given, else ``AIP_STORAGE_URI``'s, as Triton takes
+    it."""
     uri = environ.get("AIP_STORAGE_URI", "")
-    if not args.model_repository and uri:
-        args.model_repository.append(uri)
+    return given if given or not uri else [uri]

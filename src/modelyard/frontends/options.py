@@ -1,12 +1,12 @@
-"""The frontends' settings from ``modelyard serve``'s flags (cli/frontend_flags.py declares
-them), checked when the server starts, with Triton's start-up errors."""
+"""The frontends' settings, typed (``modelyard serve``'s flags, cli/frontend_flags.py and
+cli/network_flags.py, read by ``modelyard.server_config``), and the checks of their values
+with Triton's start-up errors."""
 
 from __future__ import annotations
 
-import argparse
-import sys
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NoReturn
 
 from modelyard.frontends.grpc.channel import GrpcChannel
 from modelyard.frontends.header_forward import HeaderForward, PatternError
@@ -22,7 +22,16 @@ from modelyard.frontends.restricted import (
 from modelyard.frontends.tls import TlsError, TlsSettings, tls_settings
 
 
-@dataclass
+@dataclass(frozen=True)
+class Endpoint:
+    """One of Triton's endpoints (HTTP, gRPC, metrics): served or not, and where."""
+
+    allow: bool  # --allow-<name>
+    address: str  # --<name>-address
+    port: int  # --<name>-port (0: any free port)
+
+
+@dataclass(frozen=True)
 class FrontendOptions:
     http_limits: HttpLimits
     http_restrictions: Restrictions
@@ -35,91 +44,70 @@ class FrontendOptions:
     grpc_forward: HeaderForward | None = None
     reuse_http_port: bool = False
     grpc_channel: GrpcChannel = field(default_factory=GrpcChannel)
+    # --http-max-connections; None: half the open-file limit, known once the server has
+    # raised it (at_fd_limit)
+    http_max_connections: int | None = None
+
+    def at_fd_limit(self, fd_limit: int) -> FrontendOptions:
+        """These settings with the HTTP connection cap the open-file limit allows, where
+        ``--http-max-connections`` was not given."""
+        if self.http_max_connections is not None:
+            return self
+        cap = default_max_connections(fd_limit)
+        return dataclasses.replace(
+            self, http_limits=dataclasses.replace(self.http_limits, max_connections=cap)
+        )
 
 
-def frontend_options(args: argparse.Namespace, fd_limit: int) -> FrontendOptions:
-    """The frontends' settings; raises SystemExit with Triton's message for a bad value."""
-    if args.http_max_input_size <= 0:
+class FlagError(ValueError):
+    """A flag's value the server cannot start with: reported as argparse reports one."""
+
+    def __init__(self, flag: str, message: str) -> None:
+        super().__init__(message)
+        self.flag = flag
+
+
+def check_max_input_size(size: int) -> None:
+    if size <= 0:
         raise SystemExit("Error: --http-max-input-size must be greater than 0.")
-    limits = HttpLimits(
-        max_input_size=args.http_max_input_size,
-        max_header_size=args.http_max_header_size,
-        max_body_size=args.http_max_body_size,
-        read_timeout=args.http_read_timeout,
-        idle_timeout=args.http_idle_timeout,
-        max_connections=args.http_max_connections or default_max_connections(fd_limit),
-    )
+
+
+def restrictions(
+    http_api: Sequence[str], grpc_protocol: Sequence[str]
+) -> tuple[Restrictions, Restrictions]:
+    """``--http-restricted-api`` and ``--grpc-restricted-protocol``; SystemExit with
+    Triton's message for a bad one."""
     flags = (
-        ("http-restricted-api", args.http_restricted_api, "api", "", HTTP_GROUPS),
-        (
-            "grpc-restricted-protocol",
-            args.grpc_restricted_protocol,
-            "protocol",
-            GRPC_HEADER_PREFIX,
-            GROUPS,
-        ),
+        ("http-restricted-api", http_api, "api", "", HTTP_GROUPS),
+        ("grpc-restricted-protocol", grpc_protocol, "protocol", GRPC_HEADER_PREFIX, GROUPS),
     )
     parsed: list[Restrictions] = []
     for option, values, kind, prefix, known in flags:
         try:
-            parsed.append(parse_restrictions(values, option, kind, prefix, known))
+            parsed.append(parse_restrictions(list(values), option, kind, prefix, known))
         except RestrictionError as e:
             raise SystemExit(f'Bad option: "--{option}".\n{e}') from None
-    return FrontendOptions(
-        limits,
-        parsed[0],
-        parsed[1],
-        args.allow_dashboard,
-        http_tls=_tls(args, "http"),
-        grpc_tls=_tls(args, "grpc"),
-        http_forward=_forward(args, "http"),
-        grpc_forward=_forward(args, "grpc"),
-        reuse_http_port=args.reuse_http_port,
-        grpc_channel=GrpcChannel(
-            keepalive_time_ms=args.grpc_keepalive_time,
-            keepalive_timeout_ms=args.grpc_keepalive_timeout,
-            keepalive_permit_without_calls=args.grpc_keepalive_permit_without_calls,
-            http2_max_pings_without_data=args.grpc_http2_max_pings_without_data,
-            http2_min_recv_ping_interval_without_data_ms=(
-                args.grpc_http2_min_recv_ping_interval_without_data
-            ),
-            http2_max_ping_strikes=args.grpc_http2_max_ping_strikes,
-            max_connection_age_ms=args.grpc_max_connection_age,
-            max_connection_age_grace_ms=args.grpc_max_connection_age_grace,
-            compression_level=args.grpc_infer_response_compression_level,
-            reuse_port=args.reuse_grpc_port,
-        ),
-    )
+    return parsed[0], parsed[1]
 
 
-def _flag_error(args: argparse.Namespace, flag: str, message: str) -> NoReturn:
-    """One line naming the flag, as argparse reports a bad value, and exit code 2."""
-    command = getattr(args, "command", None) or "serve"
-    sys.stderr.write(f"modelyard {command}: error: argument {flag}: {message}\n")
-    raise SystemExit(2)
-
-
-def _tls(args: argparse.Namespace, prefix: str) -> TlsSettings | None:
-    if not getattr(args, f"allow_{prefix}"):
+def tls(
+    prefix: str, served: bool, use_ssl: bool, mutual: bool, cert: str, key: str, root: str
+) -> TlsSettings | None:
+    """``--<prefix>-use-ssl`` and its files, read only when the endpoint is served; FlagError
+    naming the flag at fault."""
+    if not served:
         return None
     try:
-        return tls_settings(
-            prefix,
-            getattr(args, f"{prefix}_use_ssl"),
-            getattr(args, f"{prefix}_use_ssl_mutual"),
-            getattr(args, f"{prefix}_server_cert") or "",
-            getattr(args, f"{prefix}_server_key") or "",
-            getattr(args, f"{prefix}_root_cert") or "",
-        )
+        return tls_settings(prefix, use_ssl, mutual, cert, key, root)
     except TlsError as e:
-        _flag_error(args, e.flag, str(e))
+        raise FlagError(e.flag, str(e)) from None
 
 
-def _forward(args: argparse.Namespace, protocol: str) -> HeaderForward | None:
-    pattern: str | None = getattr(args, f"{protocol}_header_forward_pattern")
+def forward(protocol: str, pattern: str) -> HeaderForward | None:
+    """``--<protocol>-header-forward-pattern`` (None when empty); FlagError for a bad one."""
     if not pattern:
         return None
     try:
         return HeaderForward.compile(pattern)
     except PatternError as e:
-        _flag_error(args, f"--{protocol}-header-forward-pattern", str(e))
+        raise FlagError(f"--{protocol}-header-forward-pattern", str(e)) from None

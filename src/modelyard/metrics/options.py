@@ -1,30 +1,31 @@
 """The metrics settings from ``modelyard serve``'s flags (cli/metrics_flags.py declares and
-checks them), resolved as Triton's parser resolves them."""
+checks them; ``modelyard.server_config`` reads them), resolved as Triton's parser resolves
+them."""
 
 from __future__ import annotations
 
-import argparse
-import logging
+from collections.abc import Callable, Iterable
 
 from modelyard.serving.metrics_settings import MetricsSettings, apply_settings
 
-log = logging.getLogger("modelyard")
 
-
-def metrics_settings(args: argparse.Namespace) -> MetricsSettings:
+def metrics_settings(
+    enabled: bool,
+    gpu: bool,
+    cpu: bool,
+    interval_ms: float,
+    config: Iterable[tuple[str, str]],
+    warn: Callable[[str], None],
+) -> MetricsSettings:
     """The flags as one value; GPU and CPU metrics are off without ``--allow-metrics``, and
-    a ``--metrics-config`` name Triton 2.51 does not know is logged and ignored."""
-    enabled = getattr(args, "allow_metrics", True)
+    ``warn`` gets a line for each ``--metrics-config`` name Triton 2.51 does not know (it is
+    ignored)."""
     settings = MetricsSettings(
-        enabled=enabled,
-        gpu=enabled and getattr(args, "allow_gpu_metrics", True),
-        cpu=enabled and getattr(args, "allow_cpu_metrics", True),
-        interval_ms=getattr(args, "metrics_interval_ms", 2000.0),
+        enabled=enabled, gpu=enabled and gpu, cpu=enabled and cpu, interval_ms=interval_ms
     )
-    return apply_settings(settings, getattr(args, "metrics_config", []), log.warning)
+    return apply_settings(settings, config, warn)
 
 
-def resolve_metrics_address(args: argparse.Namespace) -> None:
+def metrics_address(given: str | None, http_address: str) -> str:
     """``--metrics-address`` defaults to ``--http-address`` (Triton, built with HTTP)."""
-    if getattr(args, "metrics_address", None) is None:
-        args.metrics_address = getattr(args, "http_address", "0.0.0.0")
+    return http_address if given is None else given

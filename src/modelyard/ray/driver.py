@@ -13,8 +13,8 @@ removes them.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import shutil
@@ -32,10 +32,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from modelyard import logs
 from modelyard.backends.python.protocol import tensor_pool
-from modelyard.core.options import ServerOptions
-from modelyard.frontends.options import FrontendOptions
 from modelyard.ray.controller import ClusterSpec, Controller
 from modelyard.ray.frontend import Frontend, FrontendSpec
+from modelyard.server_config import RaySettings, ServerConfig
 
 log = logging.getLogger("modelyard")
 T = TypeVar("T")
@@ -70,19 +69,6 @@ def _stopping_already(signum: int, frame: Any) -> None:
 def _on_signals(handler: Any) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)
-
-
-def local_flags_problem(args: argparse.Namespace) -> str:
-    """The flags that size a local Ray instance, given for a cluster this server joins."""
-    if args.ray == "local":
-        return ""
-    for flag, value in (
-        ("--ray-num-cpus", args.ray_num_cpus),
-        ("--ray-num-gpus", args.ray_num_gpus),
-    ):
-        if value is not None:
-            return f"{flag} sizes the Ray instance of --ray local; the cluster at '{args.ray}' has its own"
-    return ""
 
 
 class LocalRay:
@@ -128,23 +114,20 @@ class LocalRay:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def connect(args: argparse.Namespace, local: LocalRay | None) -> None:
+def connect(config: ServerConfig, local: LocalRay | None) -> None:
     """Connect this process to the cluster at ``--ray`` (``local``: start one here)."""
+    settings = ray_settings(config)
     kwargs: dict[str, Any] = {
         "namespace": NAMESPACE,
         "logging_level": logging.WARNING,
         "log_to_driver": True,  # the models' log lines reach this process's log
     }
     if local is not None:
-        ray.init(
-            include_dashboard=False,
-            _temp_dir=local.folder,
-            num_cpus=args.ray_num_cpus,
-            num_gpus=args.ray_num_gpus,
-            **kwargs,
-        )
+        # (Ray's annotations say int; its resources take fractions, as the flags do)
+        size: dict[str, Any] = {"num_cpus": settings.num_cpus, "num_gpus": settings.num_gpus}
+        ray.init(include_dashboard=False, _temp_dir=local.folder, **size, **kwargs)
     else:
-        ray.init(address=args.ray, **kwargs)
+        ray.init(address=settings.address, **kwargs)
     quiet_ray()
 
 
@@ -153,14 +136,14 @@ def quiet_ray() -> None:
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
 
 
-def log_config(args: argparse.Namespace) -> logs.LogConfig:
-    return logs.LogConfig(
-        log_info=args.log_info,
-        log_warning=args.log_warning,
-        log_error=args.log_error,
-        log_verbose_level=args.log_verbose,
-        log_format=args.log_format,
-    )
+def ray_settings(config: ServerConfig) -> RaySettings:
+    assert config.ray is not None, "served on Ray without --ray"
+    return config.ray
+
+
+def log_config(config: ServerConfig) -> logs.LogConfig:
+    """The log settings of the cluster's processes: this one's, without its log file."""
+    return dataclasses.replace(config.log, log_file="")
 
 
 def actor_env() -> dict[str, str]:
@@ -171,20 +154,18 @@ def actor_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(("GRPC_", "MODELYARD_"))}
 
 
-def run(args: argparse.Namespace, fe: FrontendOptions, options: ServerOptions) -> int:
-    problem = local_flags_problem(args)
-    if problem:
-        sys.stderr.write(f"modelyard serve: error: {problem}\n")
-        return 2
+def run(config: ServerConfig) -> int:
+    """Serve ``config`` (its ``ray`` set; as ``server.serve`` completes it) on the cluster."""
+    settings = ray_settings(config)
     env = actor_env()
-    local = LocalRay() if args.ray == "local" else None
+    local = LocalRay() if settings.address == "local" else None
     code = 1
     crashed = True  # keep the local instance's logs unless the server ends as it should
     # Until the event loop takes the signals over: a signal ends the blocking start.
     _on_signals(_interrupt)
     try:
         try:
-            connect(args, local)
+            connect(config, local)
             _on_signals(_interrupt)  # (ray.init set a SIGTERM handler of its own)
             if not _signalled:
                 serve.start(proxy_location="Disabled", logging_config={"log_level": "WARNING"})
@@ -192,23 +173,23 @@ def run(args: argparse.Namespace, fe: FrontendOptions, options: ServerOptions) -
                 raise Interrupted(_signalled)
         except Interrupted as e:
             log.info("stopping while Ray starts (%s)", e)
-            _backstop(args.exit_timeout_secs + STOP_GRACE_S)
+            _backstop(config.core.exit_timeout + STOP_GRACE_S)
             crashed = False
             code = 0
             return code
         except (ConnectionError, ValueError, RuntimeError) as e:
-            log.error("cannot connect to the Ray cluster at '%s': %s", args.ray, e)
+            log.error("cannot connect to the Ray cluster at '%s': %s", settings.address, e)
             return code
         spec = ClusterSpec(
-            options=options,
-            log_config=log_config(args),
-            app_prefix=f"modelyard.{args.id}",
-            replica_cpus=args.ray_replica_cpus,
-            deploy_timeout=args.ray_deploy_timeout_secs,
+            options=config.core,
+            log_config=log_config(config),
+            app_prefix=f"modelyard.{config.core.server_id}",
+            replica_cpus=settings.replica_cpus,
+            deploy_timeout=settings.deploy_timeout_secs,
             env_vars=env,
         )
         try:
-            code = asyncio.run(_serve(args, fe, spec))
+            code = asyncio.run(_serve(config, spec))
         except Interrupted as e:  # (before the event loop took the signals over)
             log.info("stopping while the server starts (%s)", e)
             code = 0
@@ -222,7 +203,7 @@ def run(args: argparse.Namespace, fe: FrontendOptions, options: ServerOptions) -
         log.info("stopped")
 
 
-async def _serve(args: argparse.Namespace, fe: FrontendOptions, spec: ClusterSpec) -> int:
+async def _serve(config: ServerConfig, spec: ClusterSpec) -> int:
     stop, hurry = asyncio.Event(), asyncio.Event()
 
     def on_signal() -> None:
@@ -241,7 +222,8 @@ async def _serve(args: argparse.Namespace, fe: FrontendOptions, spec: ClusterSpe
     except ValueError:
         pass
     else:
-        log.error("a modelyard server with --id %s is already serving on this cluster", args.id)
+        server_id = config.core.server_id
+        log.error("a modelyard server with --id %s is already serving on this cluster", server_id)
         return 1
     controller_class: Any = ray.remote(Controller)
     controller = controller_class.options(
@@ -254,19 +236,19 @@ async def _serve(args: argparse.Namespace, fe: FrontendOptions, spec: ClusterSpe
     frontends: list[Any] = []
     code = 1
     try:
-        code = await _serve_until_stopped(args, fe, spec, controller, frontends, stop)
+        code = await _serve_until_stopped(config, spec, controller, frontends, stop)
     finally:
-        _backstop(args.exit_timeout_secs + STOP_GRACE_S)
-        log.info("shutting down: draining in-flight requests (up to %g s)", args.exit_timeout_secs)
-        clean = await _stop(controller, frontends, args.exit_timeout_secs, hurry)
+        exit_timeout = config.core.exit_timeout
+        _backstop(exit_timeout + STOP_GRACE_S)
+        log.info("shutting down: draining in-flight requests (up to %g s)", exit_timeout)
+        clean = await _stop(controller, frontends, exit_timeout, hurry)
         if not clean:
             log.error("the cluster did not stop cleanly within the exit timeout")
     return code or (0 if clean else 1)
 
 
 async def _serve_until_stopped(
-    args: argparse.Namespace,
-    fe: FrontendOptions,
+    config: ServerConfig,
     spec: ClusterSpec,
     controller: Any,
     frontends: list[Any],
@@ -276,7 +258,7 @@ async def _serve_until_stopped(
     # The frontends first: they answer live (not ready) while the models deploy, and mirror
     # the table of models as each version starts serving.
     started = time.monotonic()
-    bound = await _unless(stop, _start_frontends(args, fe, spec, controller))
+    bound = await _unless(stop, _start_frontends(config, spec, controller))
     if bound is None:
         log.info("stopping while the frontends start")
         return 0
@@ -294,7 +276,7 @@ async def _serve_until_stopped(
         len(failed),
         f" ({', '.join(failed)})" if failed else "",
     )
-    if failed and args.exit_on_error:
+    if failed and config.core.exit_on_error:
         log.error("failed to load all models: %s", ", ".join(failed))
         return 1
     await stop.wait()
@@ -361,28 +343,27 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-async def _start_frontends(
-    args: argparse.Namespace, fe: FrontendOptions, spec: ClusterSpec, controller: Any
-) -> list[Any]:
+async def _start_frontends(config: ServerConfig, spec: ClusterSpec, controller: Any) -> list[Any]:
+    resource = ray_settings(config).frontend_resource
     nodes = [
         n
         for n in ray.nodes()  # type: ignore[no-untyped-call]
-        if n.get("Alive")
-        and (not args.ray_frontend_resource or args.ray_frontend_resource in n["Resources"])
+        if n.get("Alive") and (not resource or resource in n["Resources"])
     ]
     if not nodes:
         log.error(
             "no live node of the Ray cluster has the resource '%s' (--ray-frontend-resource)",
-            args.ray_frontend_resource,
+            resource,
         )
         return []
+    http, grpc, metrics = config.endpoints.http, config.endpoints.grpc, config.endpoints.metrics
     fspec = FrontendSpec(
         options=spec.options,
-        frontend=fe,
+        frontend=config.frontends,
         log_config=spec.log_config,
-        http=(args.http_address, args.http_port) if args.allow_http else None,
-        grpc=(args.grpc_address, args.grpc_port) if args.allow_grpc else None,
-        metrics=(args.metrics_address, args.metrics_port) if args.allow_metrics else None,
+        http=(http.address, http.port) if http.allow else None,
+        grpc=(grpc.address, grpc.port) if grpc.allow else None,
+        metrics=(metrics.address, metrics.port) if metrics.allow else None,
     )
     frontend_class: Any = ray.remote(Frontend)
     actors = [
@@ -410,9 +391,9 @@ async def _start_frontends(
         return []
     for b in bound:
         for key, label, addr in (
-            ("grpc", "GRPCInferenceService", args.grpc_address),
-            ("http", "HTTPService", args.http_address),
-            ("metrics", "Metrics Service", args.metrics_address),
+            ("grpc", "GRPCInferenceService", grpc.address),
+            ("http", "HTTPService", http.address),
+            ("metrics", "Metrics Service", metrics.address),
         ):
             if key in b:
                 host = b["ip"] if addr in ("0.0.0.0", "::", "") else addr

@@ -11,7 +11,8 @@ import pytest
 
 from modelyard.cli.main import build_parser
 from modelyard.frontends.grpc.channel import GrpcChannel
-from modelyard.frontends.options import FrontendOptions, frontend_options
+from modelyard.frontends.options import FrontendOptions
+from modelyard.server_config import ServerConfig
 from tests.frontends.tls.certs import Certificates
 from tests.serverproc import refused_start
 
@@ -21,7 +22,7 @@ def parse(*flags: str) -> argparse.Namespace:
 
 
 def options(*flags: str) -> FrontendOptions:
-    return frontend_options(parse(*flags), 1024)
+    return ServerConfig.from_args(["repo", *flags]).frontends
 
 
 def refused(capsys: pytest.CaptureFixture[str], *flags: str) -> str:

@@ -13,13 +13,13 @@ endpoints read when they start, checked before anything binds.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from modelyard.frontends.options import Endpoint
 
 log = logging.getLogger("modelyard")
 
@@ -50,21 +50,36 @@ class CloudOptions:
     vertex: VertexOptions | None = None
 
 
+@dataclass(frozen=True)
+class CloudSettings:
+    """The SageMaker and Vertex AI flags (cli/cloud_flags.py declares them and their
+    defaults)."""
+
+    allow_sagemaker: bool
+    sagemaker_port: int
+    sagemaker_safe_port_range: tuple[int, int] | None  # where the other endpoints may listen
+    allow_vertex_ai: bool
+    vertex_ai_port: int
+    vertex_ai_default_model: str  # "": the repository's only model
+
+    @property
+    def served(self) -> bool:
+        return self.allow_sagemaker or self.allow_vertex_ai
+
+
 class CloudError(Exception):
     """An endpoint that cannot start; the message is Triton's."""
 
 
-def cloud_options(
-    args: argparse.Namespace, environ: Mapping[str, str] = os.environ
-) -> CloudOptions:
+def cloud_options(settings: CloudSettings, environ: Mapping[str, str] = os.environ) -> CloudOptions:
     sagemaker = vertex = None
-    if getattr(args, "allow_sagemaker", False):
+    if settings.allow_sagemaker:
         sagemaker = SageMakerOptions(
-            port=args.sagemaker_port,
+            port=settings.sagemaker_port,
             default_model=environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", NO_DEFAULT_MODEL),
             ping_mode=environ.get("SAGEMAKER_TRITON_PING_MODE", "ready"),
         )
-    if getattr(args, "allow_vertex_ai", False):
+    if settings.allow_vertex_ai:
         predict = environ.get("AIP_PREDICT_ROUTE", "")
         health = environ.get("AIP_HEALTH_ROUTE", "")
         if not predict:  # (Triton's message names API_, not AIP_)
@@ -72,10 +87,10 @@ def cloud_options(
         if not health:
             raise CloudError("AIP_HEALTH_ROUTE is not defined for Vertex AI endpoint")
         vertex = VertexOptions(
-            port=args.vertex_ai_port,
+            port=settings.vertex_ai_port,
             predict_route=_route("AIP_PREDICT_ROUTE", predict),
             health_route=_route("AIP_HEALTH_ROUTE", health),
-            default_model=args.vertex_ai_default_model or "",
+            default_model=settings.vertex_ai_default_model,
         )
     return CloudOptions(sagemaker, vertex)
 
@@ -87,20 +102,20 @@ def _route(name: str, pattern: str) -> re.Pattern[str]:
         raise CloudError(f"{name} is not a regular expression: {pattern!r} ({e})") from None
 
 
-def port_collision(args: argparse.Namespace) -> str | None:
+def port_collision(
+    http: Endpoint, grpc: Endpoint, metrics: Endpoint, cloud: CloudSettings
+) -> str | None:
     """Triton's check of the endpoints' ports (its words), or None. Port 0 (any free port)
     collides with nothing."""
     ports: list[tuple[str, str, int, tuple[int, int] | None]] = []
-    for name, flag in (("HTTP", "http"), ("GRPC", "grpc"), ("metrics", "metrics")):
-        if getattr(args, f"allow_{flag}", False):
-            ports.append(
-                (name, getattr(args, f"{flag}_address"), getattr(args, f"{flag}_port"), None)
-            )
-    if getattr(args, "allow_sagemaker", False):
-        safe = getattr(args, "sagemaker_safe_port_range", None)
-        ports.append(("SageMaker", ANY_ADDRESS, args.sagemaker_port, safe))
-    if getattr(args, "allow_vertex_ai", False):
-        ports.append(("Vertex AI", ANY_ADDRESS, args.vertex_ai_port, None))
+    for name, endpoint in (("HTTP", http), ("GRPC", grpc), ("metrics", metrics)):
+        if endpoint.allow:
+            ports.append((name, endpoint.address, endpoint.port, None))
+    if cloud.allow_sagemaker:
+        safe = cloud.sagemaker_safe_port_range
+        ports.append(("SageMaker", ANY_ADDRESS, cloud.sagemaker_port, safe))
+    if cloud.allow_vertex_ai:
+        ports.append(("Vertex AI", ANY_ADDRESS, cloud.vertex_ai_port, None))
     for i, (name, address, port, safe) in enumerate(ports):
         # A service with a safe range checks every other one; others only those after them.
         for j, (other, other_address, other_port, _) in enumerate(ports):
@@ -119,19 +134,11 @@ def port_collision(args: argparse.Namespace) -> str | None:
     return None
 
 
-def check_cloud_flags(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> None:
-    """Before anything binds: a port clash is one line and exit code 2 (a bad command line);
-    an endpoint that cannot start is Triton's error line and exit code 1."""
-    problem = port_collision(args)
-    cloud = getattr(args, "allow_sagemaker", False) or getattr(args, "allow_vertex_ai", False)
-    if problem is None and cloud and getattr(args, "ray", ""):
-        problem = "--allow-sagemaker and --allow-vertex-ai are not served with --ray yet"
-    if problem is not None:
-        command = getattr(args, "command", None) or "serve"
-        sys.stderr.write(f"modelyard {command}: error: {problem}\n")
-        raise SystemExit(2)
+def check_environment(settings: CloudSettings, environ: Mapping[str, str] = os.environ) -> None:
+    """Before anything binds, once the log is set up: an endpoint that cannot start with the
+    environment it reads is Triton's error line and exit code 1."""
     try:
-        cloud_options(args, environ)
+        cloud_options(settings, environ)
     except CloudError as e:
         log.error("failed to start Vertex AI service: Invalid argument - %s", e)
         raise SystemExit(1) from None

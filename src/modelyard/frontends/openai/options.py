@@ -1,9 +1,9 @@
-"""The OpenAI frontend's settings (cli/openai_flags.py declares the flags) and its restricted
-API groups, as Triton's OpenAI frontend names them (``--openai-restricted-api``)."""
+"""The OpenAI frontend's settings (cli/openai_flags.py declares the flags and checks them as
+they are parsed; ``modelyard.server_config`` reads them) and its restricted API groups, as
+Triton's OpenAI frontend names them (``--openai-restricted-api``)."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -50,19 +50,3 @@ def parse_openai_restrictions(values: Iterable[Iterable[str]]) -> Restrictions:
                 )
             restrictions.groups[api] = Restriction(header, value)
     return restrictions
-
-
-def openai_options(args: argparse.Namespace) -> OpenAIOptions | None:
-    """The frontend's settings, or None when ``--openai-port`` was not given (the flags'
-    values were checked when they were parsed)."""
-    port = getattr(args, "openai_port", None)
-    if port is None:
-        return None
-    return OpenAIOptions(
-        port=port,
-        address=args.openai_address,
-        api_key=args.openai_api_key or "",
-        tokenizer=args.tokenizer or "",
-        default_max_tokens=args.default_max_tokens,
-        restrictions=parse_openai_restrictions(args.openai_restricted_api),
-    )
