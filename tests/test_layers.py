@@ -488,6 +488,98 @@ def test_no_module_calls_another_modules_private_methods() -> None:
     assert private_calls(SRC) == []
 
 
+ClassKey = tuple[str, str]  # (module, class name)
+
+
+def _classes(src: Path) -> dict[ClassKey, tuple[set[str], list[ClassKey]]]:
+    """Every class: its private methods (``_name``, not dunders) and its bases, resolved
+    through the module's own classes and its ``from ... import`` names."""
+    known = modules(src)
+    found: dict[ClassKey, tuple[set[str], list[ClassKey]]] = {}
+    for module, path in known.items():
+        tree = ast.parse(path.read_text(), str(path))
+        names: dict[str, ClassKey] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = _absolute(module, path.name == "__init__.py", node)
+                for alias in node.names:
+                    names[alias.asname or alias.name] = (base, alias.name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                names.setdefault(node.name, (module, node.name))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            methods = {
+                n.name
+                for n in node.body
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.name.startswith("_")
+                and not n.name.startswith("__")
+            }
+            bases = [names[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in names]
+            found[(module, node.name)] = (methods, bases)
+    return found
+
+
+def private_overrides(src: Path, core: str) -> list[str]:
+    """Private methods that a class outside the package ``core`` defines again where a class
+    of ``core`` it derives from defines them: extending the core by overriding its internals
+    instead of handing it a part (a ``VersionPlacement``, ``ControlEvents``, a host)."""
+    classes = _classes(src)
+
+    def core_privates(key: ClassKey, seen: set[ClassKey]) -> dict[str, ClassKey]:
+        out: dict[str, ClassKey] = {}
+        for base in classes.get(key, (set(), []))[1]:
+            if base in seen:
+                continue
+            seen.add(base)
+            if _within(base[0], core) and base in classes:
+                out.update({m: base for m in classes[base][0]})
+            out.update(core_privates(base, seen))
+        return out
+
+    found = []
+    for key, (methods, _) in sorted(classes.items()):
+        if _within(key[0], core):
+            continue
+        inherited = core_privates(key, set())
+        for method in sorted(methods & set(inherited)):
+            owner = ".".join(inherited[method])
+            found.append(f"{key[0]}.{key[1]}.{method} overrides {owner}.{method}")
+    return found
+
+
+def test_no_class_outside_the_core_overrides_its_private_methods() -> None:
+    assert private_overrides(SRC, "modelyard.core") == []
+
+
+def test_checker_finds_private_overrides_of_core_classes(tmp_path: Path) -> None:
+    src = _tree(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/core/__init__.py": "",
+            "pkg/core/base.py": (
+                "class Control:\n    def _load(self): ...\n    def load(self): ...\n"
+                "class Server(Control):\n    def _ready(self): ...\n"
+            ),
+            "pkg/ray/__init__.py": "",
+            "pkg/ray/a.py": (
+                "from pkg.core.base import Server\n"
+                "class Cluster(Server):\n"
+                "    def _load(self): ...\n    def load(self): ...\n    def _own(self): ...\n"
+                "class Deeper(Cluster):\n    def _ready(self): ...\n"
+            ),
+            "pkg/ray/b.py": "from .a import Cluster as C\nclass Again(C):\n    def _own(self): ...\n",
+        },
+    )
+    assert private_overrides(src, "pkg.core") == [
+        "pkg.ray.a.Cluster._load overrides pkg.core.base.Control._load",
+        "pkg.ray.a.Deeper._ready overrides pkg.core.base.Server._ready",
+    ]
+
+
 def test_no_module_is_over_the_limit() -> None:
     long = [
         f"{p.relative_to(SRC)}: {n} lines"

@@ -11,10 +11,10 @@ from typing import Any
 from modelyard.config.render import model_metadata as render_metadata
 from modelyard.core import health
 from modelyard.core.host import CoreHost
-from modelyard.core.loading import ModelLoads
 from modelyard.core.model_control import ModelControl
 from modelyard.core.model_version import ModelVersion
 from modelyard.core.options import ServerOptions, parse_version
+from modelyard.core.placement import ControlEvents, LocalPlacement, VersionPlacement
 from modelyard.core.registry import ModelRegistry
 from modelyard.core.response_cache import ResponseCache
 from modelyard.core.settings import LogSettings
@@ -52,11 +52,18 @@ EXTENSIONS = [
 ]
 
 
-class InferenceServer(ModelControl):
+class InferenceServer:
     """The one in-process API: inference, health, metadata, statistics, settings and shared
-    memory here; loading and unloading models in :class:`ModelControl`."""
+    memory here; loading and unloading models delegated to its :class:`ModelControl`, which
+    starts a load's versions where ``placement`` says (this process unless told otherwise)
+    and tells ``events`` when the serving versions change."""
 
-    def __init__(self, options: ServerOptions):
+    def __init__(
+        self,
+        options: ServerOptions,
+        placement: VersionPlacement | None = None,
+        events: ControlEvents | None = None,
+    ):
         self.options = options
         self.registry = ModelRegistry(options.repositories, options.namespacing)
         # Tracing: settings, sampling, sinks; the last finished traces and the BLS call graph
@@ -66,8 +73,6 @@ class InferenceServer(ModelControl):
         self.call_graph = self.tracer.call_graph
         self.host = CoreHost(self)  # what the backends get of the core
         self.log_settings = LogSettings()
-        self.loads = ModelLoads(options.load_threads)
-        self.retiring = {}
         self.poller: Any = None  # RepositoryPoller in poll mode
         self._live = True
         self._started = False
@@ -77,6 +82,9 @@ class InferenceServer(ModelControl):
         # --rate-limit=execution_count: one limiter for the instances of every model
         limits = options.rate_limit
         self.rate_limiter = RateLimiter(limits.explicit()) if limits.enabled else None
+        self.control = ModelControl(
+            self, placement or LocalPlacement(), events, self.response_cache
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -106,7 +114,8 @@ class InferenceServer(ModelControl):
         groups = ensembles_last(self.registry.locations, names)  # step models before ensembles
         results: list[Any] = []
         for group in groups:
-            results += await asyncio.gather(*(self._load(n) for n in group), return_exceptions=True)
+            loads = (self.control.load(n) for n in group)
+            results += await asyncio.gather(*loads, return_exceptions=True)
         names = [n for group in groups for n in group]
         failed = [n for n, r in zip(names, results, strict=False) if isinstance(r, BaseException)]
         self._started = True
@@ -122,14 +131,45 @@ class InferenceServer(ModelControl):
         versions = [mv for e in self.registry.entries.values() for mv in e.versions.values()]
         timeout = self.options.exit_timeout
         clean, retired = await asyncio.gather(
-            stop_all(versions, timeout), wait_retiring(self.retiring, timeout)
+            stop_all(versions, timeout), wait_retiring(self.control.retiring, timeout)
         )
         clean = clean and retired
         self._live = False
-        self.loads.release_all()
+        self.control.loads.release_all()
         self.shared_memory.close()
         self.tracer.close()
         return clean
+
+    # -- model control (core/model_control.py) ----------------------------------------------
+
+    async def load(
+        self,
+        name: str,
+        override: Any | None = None,
+        files: dict[str, bytes] | None = None,
+        from_model: bool = False,
+    ) -> None:
+        """Load (or reload) ``name`` now, whatever the control mode; raises the load's
+        ModelyardError (see ``ModelControl.load``)."""
+        await self.control.load(name, override, files, from_model)
+
+    async def load_model(
+        self,
+        name: str,
+        config: str | None = None,
+        files: dict[str, bytes] | None = None,
+        from_model: bool = False,
+    ) -> None:
+        """The model repository extension's load (explicit mode; models may always)."""
+        await self.control.load_model(name, config, files, from_model)
+
+    async def unload_model(
+        self, name: str, unload_dependents: bool = False, from_model: bool = False
+    ) -> None:
+        await self.control.unload_model(name, unload_dependents, from_model)
+
+    async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        return await self.control.repository_index(ready_only)
 
     # -- health and metadata -----------------------------------------------------------------
 

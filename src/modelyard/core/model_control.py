@@ -2,8 +2,9 @@
 per model at a time, at most ``--model-load-thread-count`` at once, a reload keeps the old
 versions serving until the new ones are up.
 
-A base of :class:`~modelyard.core.api.InferenceServer`, which owns the registry and the
-options these methods use.
+A part of :class:`~modelyard.core.api.InferenceServer`, which delegates its model control
+here; where a load's versions run is the ``VersionPlacement`` it is built with
+(``core/placement.py``).
 """
 
 from __future__ import annotations
@@ -13,18 +14,13 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from modelyard.core.ensembles import EnsembleLoadError
 from modelyard.core.file_override import remove as remove_override
-from modelyard.core.host import CoreHost
 from modelyard.core.index import repository_index
-from modelyard.core.loader import load_model
 from modelyard.core.loading import ModelLoads
 from modelyard.core.model_version import ModelVersion
-from modelyard.core.options import ServerOptions
-from modelyard.core.registry import ModelRegistry
-from modelyard.core.response_cache import ResponseCache
 from modelyard.core.response_cache import attach as attach_cache
 from modelyard.errors import InvalidArgument, ModelyardError, Unavailable, VersionLoadError
 from modelyard.serving.first_response import histogram_for
@@ -32,18 +28,29 @@ from modelyard.serving.summaries import LatencySummaries
 
 if TYPE_CHECKING:
     from modelyard.core.parts import Loads
+    from modelyard.core.placement import ControlEvents, VersionPlacement
+    from modelyard.core.response_cache import ResponseCache
 
 log = logging.getLogger("modelyard")
 
 
 class ModelControl:
-    options: ServerOptions
-    registry: ModelRegistry
-    loads: ModelLoads
-    host: CoreHost
-    response_cache: ResponseCache | None
-    # Replaced or unloaded versions still draining, by the task retiring them.
-    retiring: dict[asyncio.Future[None], list[ModelVersion]]
+    def __init__(
+        self,
+        core: Loads,
+        placement: VersionPlacement,
+        events: ControlEvents | None = None,
+        response_cache: ResponseCache | None = None,
+    ) -> None:
+        self.core = core  # what the placement loads for (ensembles, BLS, the host)
+        self.options = core.options
+        self.registry = core.registry
+        self.placement = placement
+        self.events = events
+        self.response_cache = response_cache
+        self.loads = ModelLoads(core.options.load_threads)
+        # Replaced or unloaded versions still draining, by the task retiring them.
+        self.retiring: dict[asyncio.Future[None], list[ModelVersion]] = {}
 
     async def load(
         self,
@@ -54,24 +61,15 @@ class ModelControl:
     ) -> None:
         """Load (or reload) ``name`` now, whatever the control mode (start-up, polling,
         ``dev``, ``check``, ``modelyard.testing``, an ensemble's steps): raises the load's
-        ModelyardError. ``load_model`` is the model-repository API's checked entry."""
-        await self._load(name, override, files, from_model)
-
-    async def _load(
-        self,
-        name: str,
-        override: Any | None = None,
-        files: dict[str, bytes] | None = None,
-        from_model: bool = False,
-    ) -> None:
-        """Load (or reload) ``name``: one load per model at a time, at most
-        ``--model-load-thread-count`` at once; ``files`` materialise in a private folder."""
+        ModelyardError. ``load_model`` is the model-repository API's checked entry. One load
+        per model at a time, at most ``--model-load-thread-count`` at once; ``files``
+        materialise in a private folder."""
         async with self.loads.lock(name):
             async with self.loads.slot(from_model):
                 # (written off the event loop: override files may be large)
                 model_dir = await asyncio.to_thread(self.loads.prepare, name, override, files)
                 try:
-                    old = await self._load_locked(name, override, model_dir)
+                    old = await self._load_locked(name, override, files, model_dir)
                 except BaseException:
                     remove_override(model_dir)  # the folder of the serving load stays
                     entry = self.registry.entries.get(name)
@@ -89,7 +87,7 @@ class ModelControl:
         await self._retire(list(old.values()), replaced_dir, from_model)
 
     async def _load_locked(
-        self, name: str, override: Any | None, model_dir: Any
+        self, name: str, override: Any | None, files: dict[str, bytes] | None, model_dir: Any
     ) -> dict[int, ModelVersion]:
         """Load the new versions and switch requests to them; return the replaced ones."""
         location = model_dir if model_dir is not None else self.registry.locations.get(name)
@@ -104,7 +102,7 @@ class ModelControl:
         log.info("loading: %s", name)
         started = time.monotonic()
         try:
-            versions = await self._load_versions(name, str(location), override)
+            versions = await self.placement.start(self.core, name, str(location), override, files)
         except EnsembleLoadError as e:
             if not entry.versions:  # Triton lists such an ensemble with no state
                 entry.state, entry.reason = "", ""
@@ -142,15 +140,9 @@ class ModelControl:
         took = time.monotonic() - started
         for mv in versions:
             log.info("successfully loaded '%s' version %d in %.2f s", name, mv.version, took)
+        if self.events is not None:
+            self.events.switched(name)  # the new versions serve; the old ones drain
         return old
-
-    async def _load_versions(
-        self, name: str, location: str, override: Any | None
-    ) -> list[ModelVersion]:
-        """Start the versions a load of ``name`` selects (on a Ray cluster: deploy them)."""
-        core = cast("Loads", self)  # (the base of InferenceServer only, which is one)
-        model = self.registry.name_of(name)  # (a key with namespacing: the model is its name)
-        return await load_model(model, location, self.options.load, core, override)
 
     async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         self.registry.scan()
@@ -186,9 +178,9 @@ class ModelControl:
         # With namespacing a name loads in every repository holding it, as in Triton.
         keys = [name] if files else self.registry.keys_named(name, self.registry.locations)
         if len(keys) == 1:
-            await self._load(keys[0], override, files, from_model)
+            await self.load(keys[0], override, files, from_model)
             return
-        loads = [self._load(k, override, None, from_model) for k in keys]
+        loads = [self.load(k, override, None, from_model) for k in keys]
         failed = [r for r in await asyncio.gather(*loads, return_exceptions=True) if r]
         if failed:
             raise failed[0]
@@ -209,7 +201,14 @@ class ModelControl:
             names = [*dependents(name, configs), *names]
         for n in names:
             async with self.loads.lock(n):
-                await self._unload(n, from_model)
+                if self.events is None:
+                    await self._unload(n, from_model)
+                    continue
+                self.events.unloading(n)
+                try:
+                    await self._unload(n, from_model)
+                finally:
+                    self.events.unloaded(n)
 
     async def _unload(self, name: str, from_model: bool = False) -> None:
         """Stop taking requests for ``name``, drain in-flight ones, then finalize."""

@@ -1,9 +1,10 @@
 """The cluster's model control: one actor (owned by the ``modelyard serve --ray`` process)
 whose core loads a model by deploying each of its versions as a Serve application and unloads
-it by deleting them. The core's own model control does the rest as on one server: control
-modes, one load per model at a time, reloads that keep the old versions serving until the new
-ones run (a new application per load), ensembles after their steps, the repository index and
-its states, Triton's error texts (a replica that fails to load reports the core's error).
+it by deleting them (``ray/deployments.py``, the placement the core is built with). The core's
+own model control does the rest as on one server: control modes, one load per model at a
+time, reloads that keep the old versions serving until the new ones run (a new application
+per load), ensembles after their steps, the repository index and its states, Triton's error
+texts (a replica that fails to load reports the core's error).
 
 Frontends and replicas mirror the controller's table of serving versions (``table``: a long
 poll that answers as soon as the table changes).
@@ -12,108 +13,28 @@ poll that answers as soon as the table changes).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any
 
 import ray
-from google.protobuf import json_format
 from ray import serve
-from ray.serve.api import RunTarget
-from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelyard import logs
-from modelyard.backends.instance import Instance
-from modelyard.config import render
 from modelyard.core.api import InferenceServer
-from modelyard.core.ensembles import load_ensemble
-from modelyard.core.loader import read_config
-from modelyard.core.model_version import ModelVersion
-from modelyard.core.options import ServerOptions
-from modelyard.core.validation import signature_from_config
-from modelyard.errors import InternalError, ModelyardError, Unavailable
-from modelyard.ray.plan import DeploymentPlan, infeasible, no_room, plan_deployment
-from modelyard.ray.replica import ModelReplica, ReplicaSpec
-from modelyard.ray.table import DEPLOYMENT, Table, VersionRecord
-from modelyard.serving.context import RequestContext
-from modelyard.serving.stats import ModelStats
+from modelyard.core.registry import ModelRegistry
+from modelyard.errors import InternalError, ModelyardError
+from modelyard.ray.deployments import (
+    ClusterSpec,
+    DeployedVersion,
+    ServeDeployments,
+    delete_apps,
+    serve_call,
+)
+from modelyard.ray.table import Table, VersionRecord
 
 log = logging.getLogger("modelyard")
-T = TypeVar("T")
 
-# Serve's client API is not thread-safe (building a deployment registers and unregisters
-# modules with cloudpickle, process-wide): every call the controller makes goes through this
-# one thread, off the event loop.
-_SERVE_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="modelyard-serve")
-
-
-async def serve_call(fn: Callable[..., T], *args: Any) -> T:
-    return await asyncio.get_running_loop().run_in_executor(_SERVE_THREAD, fn, *args)
-
-
-STICKY_ROUTER = "modelyard.ray.router.StickyRouter"  # (imported by Serve where it routes)
-STATUS_POLL_S = 0.25  # how often a deploy or delete in progress looks at Serve's status
-
-
-class StatusWatch:
-    """Serve's status, read once per ``STATUS_POLL_S`` for every deploy and delete waiting on
-    it (each reading it on its own cost the controller a call per waiter and poll)."""
-
-    def __init__(self) -> None:
-        self._status: Any = None
-        self._error: BaseException | None = None
-        self._begun = 0  # reads begun
-        self._done = 0  # reads finished: the status (or error) is the last one's
-        self._waiters = 0
-        self._read: asyncio.Event | None = None
-        self._task: asyncio.Future[None] | None = None
-
-    async def next(self) -> Any:
-        """Serve's status as read after this call began."""
-        want = self._begun + 1
-        self._waiters += 1
-        try:
-            if self._task is None or self._task.done():
-                self._task = asyncio.ensure_future(self._poll())
-            while self._done < want:
-                if self._read is None:
-                    self._read = asyncio.Event()
-                await self._read.wait()
-            if self._error is not None:
-                raise self._error
-            return self._status
-        finally:
-            self._waiters -= 1
-
-    async def _poll(self) -> None:
-        while self._waiters:
-            self._begun += 1
-            try:
-                self._status, self._error = await serve_call(serve.status), None
-            except Exception as e:
-                self._error = e
-            self._done = self._begun
-            read, self._read = self._read, None
-            if read is not None:
-                read.set()
-            await asyncio.sleep(STATUS_POLL_S)
-
-
-_STATUS = StatusWatch()
-
-
-@dataclass
-class ClusterSpec:
-    options: ServerOptions
-    log_config: logs.LogConfig
-    app_prefix: str  # every application of this server: "<prefix>/<model>/<version>/<load>"
-    replica_cpus: float  # CPUs per replica unless the model's ray_num_cpus says otherwise
-    deploy_timeout: float  # how long a version may take to start before its load fails
-    env_vars: dict[str, str]  # environment of the replicas
+__all__ = ["ClusterCore", "ClusterSpec", "Controller"]  # (the driver imports ClusterSpec here)
 
 
 class Controller:
@@ -178,34 +99,41 @@ def _portable(e: Exception) -> ModelyardError:
     return InternalError(f"{type(e).__name__}: {e}")
 
 
-class ClusterCore(InferenceServer):
-    """The controller's core: a model version loads as a Serve application (see module doc)."""
+class ServingTable:
+    """The table of serving versions the others mirror: a new generation whenever the
+    core's model control reports a change (its ``ControlEvents``); a model being unloaded
+    leaves it at once, while its versions drain."""
 
-    def __init__(self, spec: ClusterSpec, controller: Any) -> None:
-        super().__init__(spec.options)
-        self.spec = spec
-        self.controller = controller
+    def __init__(self) -> None:
         self.generation = 0
         self._changed = asyncio.Event()
-        self._leaving: set[str] = set()  # unloading: out of the table while they drain
-        self._files: dict[str, dict[str, bytes] | None] = {}
-        self._loads = itertools.count(1)
-
-    # -- the table ------------------------------------------------------------------------
+        self._leaving: set[str] = set()
 
     def _publish(self) -> None:
         self.generation += 1
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def table(self, known: int, wait: float) -> Table:
+    def switched(self, name: str) -> None:
+        self._publish()
+
+    def unloading(self, name: str) -> None:
+        self._leaving.add(name)
+        self._publish()
+
+    def unloaded(self, name: str) -> None:
+        self._leaving.discard(name)
+        self._publish()
+
+    async def read(self, registry: ModelRegistry, known: int, wait: float) -> Table:
+        """The table once its generation is past ``known`` (or ``wait`` seconds passed)."""
         if known >= self.generation:
             try:
                 await asyncio.wait_for(self._changed.wait(), wait)
             except asyncio.TimeoutError:
                 pass
         models: dict[str, list[VersionRecord]] = {}
-        for name, entry in self.registry.entries.items():
+        for name, entry in registry.entries.items():
             if name in self._leaving:
                 continue
             for _, mv in sorted(entry.versions.items()):
@@ -214,163 +142,30 @@ class ClusterCore(InferenceServer):
                     models.setdefault(name, []).append(app.record)
         return self.generation, models
 
-    # -- loading and unloading -----------------------------------------------------------
 
-    async def _load(
-        self,
-        name: str,
-        override: Any | None = None,
-        files: dict[str, bytes] | None = None,
-        from_model: bool = False,
-    ) -> None:
-        self._files[name] = files  # the replicas materialise them on their own nodes
-        await super()._load(name, override, files, from_model)
+class ClusterCore(InferenceServer):
+    """The controller's core: a model version loads as a Serve application (see module doc);
+    the table follows its model control."""
 
-    async def _load_locked(
-        self, name: str, override: Any | None, model_dir: Any
-    ) -> dict[int, ModelVersion]:
-        old = await super()._load_locked(name, override, model_dir)
-        self._publish()  # the new versions serve; the old ones drain
-        return old
+    def __init__(self, spec: ClusterSpec, controller: Any) -> None:
+        self.published = ServingTable()
+        super().__init__(spec.options, ServeDeployments(spec, controller), self.published)
+        self.spec = spec
+        self._removing_all = False  # stopping: every application of this server goes
 
-    async def _unload(self, name: str, from_model: bool = False) -> None:
-        self._leaving.add(name)
-        self._publish()
-        try:
-            await super()._unload(name, from_model)
-        finally:
-            self._leaving.discard(name)
-            self._publish()
+    @property
+    def generation(self) -> int:
+        return self.published.generation
 
-    async def _load_versions(
-        self, name: str, location: str, override: Any | None
-    ) -> list[ModelVersion]:
-        raw = read_config(name, location, override)
-        if raw.platform == "ensemble":
-            # The core's checks (step models loaded first, maps against their signatures).
-            await load_ensemble(name, location, raw, self)
-        plan = plan_deployment(name, raw, location, self.spec.replica_cpus)
-        nodes = await serve_call(ray.nodes)
-        why = infeasible(
-            plan.resources,
-            plan.replicas_at_start * len(plan.versions),
-            [n["Resources"] for n in nodes if n.get("Alive")],
-        )
-        if why:
-            raise Unavailable(f"model '{name}' cannot be deployed: {why}")
-        load = next(self._loads)
-        apps = {v: f"{self.spec.app_prefix}/{name}/{v}/{load}" for v in plan.versions}
-
-        def deploy() -> None:
-            targets = [
-                RunTarget(
-                    self._deployment(plan).bind(self._replica(plan, v)), name=app, route_prefix=None
-                )
-                for v, app in apps.items()
-            ]
-            serve.run_many(targets, wait_for_applications_running=False)
-
-        await serve_call(deploy)
-        try:
-            await self._wait_running(plan, list(apps.values()))
-            described = await asyncio.gather(
-                *(
-                    serve.get_deployment_handle(
-                        DEPLOYMENT, app_name=app, _check_exists=False
-                    ).describe.remote()
-                    for app in apps.values()
-                )
-            )
-        except BaseException:
-            await delete_apps(list(apps.values()), self.spec.options.exit_timeout)
-            raise
-        errors = [error for _, error in described if error is not None]
-        if errors:
-            await delete_apps(list(apps.values()), self.spec.options.exit_timeout)
-            raise errors[0]
-        versions = []
-        for (v, app), (config, _) in zip(apps.items(), described, strict=True):
-            record = VersionRecord(name, v, app, config, plan.sticky)
-            versions.append(self._version(record))
-        return versions
-
-    def _version(self, record: VersionRecord) -> ModelVersion:
-        cfg = ModelConfig.FromString(record.config)
-        return ModelVersion(
-            name=record.name,
-            version=record.version,
-            config=cfg,
-            config_json=render.config_to_json(cfg),
-            signature=signature_from_config(cfg),
-            decoupled=bool(cfg.model_transaction_policy.decoupled),
-            instances=[DeployedVersion(record, self.spec.options.exit_timeout)],
-            scheduler=NoRequests(),
-            stats=ModelStats(record.name, str(record.version)),
-        )
-
-    def _deployment(self, plan: DeploymentPlan) -> Any:
-        options: dict[str, Any] = {
-            "name": DEPLOYMENT,
-            "ray_actor_options": {
-                **plan.actor_options,
-                "runtime_env": {"env_vars": dict(self.spec.env_vars)},
-            },
-            "max_ongoing_requests": plan.max_ongoing_requests,
-            "graceful_shutdown_wait_loop_s": 0.1,
-            "graceful_shutdown_timeout_s": max(0.1, self.spec.options.exit_timeout),
-            "logging_config": {"log_level": "WARNING", "enable_access_log": False},
-        }
-        if plan.autoscaling is not None:
-            options["autoscaling_config"] = plan.autoscaling
-        else:
-            options["num_replicas"] = plan.num_replicas
-        if plan.max_replicas_per_node is not None:
-            options["max_replicas_per_node"] = plan.max_replicas_per_node
-        if plan.sticky:
-            options["request_router_config"] = {"request_router_class": STICKY_ROUTER}
-        return serve.deployment(**options)(ModelReplica)
-
-    def _replica(self, plan: DeploymentPlan, version: int) -> ReplicaSpec:
-        opts = self.spec.options
-        return ReplicaSpec(
-            name=plan.name,
-            version=version,
-            config_json=json_format.MessageToJson(plan.replica_config(version)),
-            shown=plan.shown.SerializeToString(),
-            options=replace(opts, control_mode="explicit", load_models=[], allow_client_shm=False),
-            log_config=replace(self.spec.log_config, log_file=""),
-            controller=self.controller,
-            files=self._files.get(plan.name),
-        )
-
-    async def _wait_running(self, plan: DeploymentPlan, apps: list[str]) -> None:
-        """Until every application runs; a failed start fails the load with Serve's words for
-        it, a slow one (replicas the cluster has no room for, or still starting) with ours."""
-        name = plan.name
-        deadline = time.monotonic() + self.spec.deploy_timeout
-        while True:
-            status = await _STATUS.next()
-            states = [status.applications.get(app) for app in apps]
-            if all(s is not None and s.status == "RUNNING" for s in states):
-                return
-            for s in states:
-                if s is not None and s.status == "DEPLOY_FAILED":
-                    raise Unavailable(
-                        f"model '{name}' failed to start on the Ray cluster: {_why(s)}"
-                    )
-            if time.monotonic() > deadline:
-                raise Unavailable(
-                    f"model '{name}' did not start on the Ray cluster within "
-                    f"{self.spec.deploy_timeout:g} s (--ray-deploy-timeout-secs): "
-                    + await _not_started(plan, states)
-                )
+    async def table(self, known: int, wait: float) -> Table:
+        return await self.published.read(self.registry, known, wait)
 
     async def stop(self) -> bool:
         """Delete every application of this server at once, those still deploying too (a
         deploy cancelled while Serve's thread ran it, a load under way): Serve drains each
         replica's requests within the exit timeout. (Deleting the versions first and the rest
         after cost a round of Serve's status, slow on a loaded machine, more.)"""
-        self._stopping = True
+        self._removing_all = True
         everything = asyncio.ensure_future(self.remove_leftovers())
         clean = await super().stop()  # (each version waits for its application to go)
         return await everything and clean
@@ -381,7 +176,7 @@ class ClusterCore(InferenceServer):
         status = await serve_call(serve.status)
         owned = (
             set()
-            if self._stopping
+            if self._removing_all
             else {
                 mv.instances[0].record.app
                 for e in self.registry.entries.values()
@@ -396,96 +191,10 @@ class ClusterCore(InferenceServer):
         ]
         if not mine:
             return True
-        if not self._stopping:
+        if not self._removing_all:
             log.warning(
                 "removing %d Serve applications a previous server left on the cluster: %s",
                 len(mine),
                 ", ".join(sorted(mine)),
             )
         return await delete_apps(mine, self.spec.options.exit_timeout)
-
-
-async def _not_started(plan: DeploymentPlan, states: list[Any]) -> str:
-    """Why the replicas of ``plan``'s applications (Serve's ``states``) are not all running,
-    in one line: how many wait, what each needs and what the cluster has free."""
-    wanted = plan.replicas_at_start * len(states)
-    running = sum(
-        d.replica_states.get("RUNNING", 0)
-        for s in states
-        if s is not None
-        for d in s.deployments.values()
-    )
-    waiting = max(1, wanted - running)
-    free, total = await serve_call(_resources)
-    why = no_room(plan.resources, free, total)
-    if why:
-        return f"{waiting} of its {wanted} replicas found no room: {why}"
-    return f"{waiting} of its {wanted} replicas are still starting (the model's initialize)"
-
-
-def _resources() -> tuple[dict[str, float], dict[str, float]]:
-    """The cluster's free and total resources."""
-    free: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
-    total: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
-    return free, total
-
-
-def _why(app_status: Any) -> str:
-    parts = [app_status.message] if app_status.message else []
-    for d in app_status.deployments.values():
-        if d.message:
-            parts.append(d.message)
-    return " ".join(parts) or app_status.status
-
-
-async def delete_apps(apps: list[str], timeout: float) -> bool:
-    """Delete Serve applications (their replicas drain within ``timeout``); True once gone."""
-    for app in apps:
-        await serve_call(serve.delete, app, False)
-    deadline = time.monotonic() + timeout + 10.0
-    while time.monotonic() < deadline:
-        status = await _STATUS.next()
-        if not any(app in status.applications for app in apps):
-            return True
-    log.error("Serve applications still present after delete: %s", ", ".join(apps))
-    return False
-
-
-class DeployedVersion(Instance):
-    """A model version's Serve application, as the controller's core sees an instance:
-    stopping it deletes the application."""
-
-    def __init__(self, record: VersionRecord, exit_timeout: float) -> None:
-        self.record = record
-        self.name = record.app
-        self.exit_timeout = exit_timeout
-
-    async def start(self) -> None:
-        return None  # deployed by ClusterCore._load_versions
-
-    async def execute(self, batch: list[RequestContext]) -> None:
-        raise InternalError("the controller runs no requests")
-
-    async def stop(self) -> None:
-        try:
-            await delete_apps([self.record.app], self.exit_timeout)
-        except Exception as e:  # the cluster is going away
-            log.error("deleting '%s' failed: %s", self.record.app, e)
-
-
-class NoRequests:
-    """The controller's scheduler: requests go to the deployments, never here."""
-
-    pending = 0
-
-    def submit(self, ctx: RequestContext) -> None:
-        raise Unavailable("the controller runs no requests")
-
-    def close(self, shutdown: bool = False) -> None:
-        return None
-
-    async def drain(self, timeout: float) -> bool:
-        return True
-
-    def abort(self, queued: ModelyardError, running: ModelyardError) -> None:
-        return None

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -25,12 +25,16 @@ from modelyard.core.api import InferenceServer
 from modelyard.core.host import CoreHost
 from modelyard.core.model_version import ModelVersion
 from modelyard.core.options import ServerOptions
+from modelyard.core.placement import LocalPlacement
 from modelyard.errors import ModelyardError
 from modelyard.metrics import custom
 from modelyard.ray.remote import RemoteScheduler
 from modelyard.ray.table import POLL_WAIT_S, Mirror, Table
 from modelyard.serving.stats import ModelStats
 from modelyard.types import InferRequest, InferResponse
+
+if TYPE_CHECKING:
+    from modelyard.core.parts import Loads
 
 log = logging.getLogger("modelyard")
 
@@ -50,21 +54,28 @@ class ReplicaSpec:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class ReplicaCore(InferenceServer):
-    """The core of one replica: loads its own model only and keeps why a load failed."""
+class OwnModel:
+    """A replica's ``VersionPlacement``: its own model starts here (the core's pipeline), any
+    other runs elsewhere (ensembles find their steps in the mirror); keeps why the load
+    failed."""
 
-    def __init__(self, spec: ReplicaSpec) -> None:
-        super().__init__(spec.options)
-        self.spec = spec
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.local = LocalPlacement()
         self.load_error: BaseException | None = None
 
-    async def _load_versions(
-        self, name: str, location: str, override: Any | None
+    async def start(
+        self,
+        core: Loads,
+        name: str,
+        location: str,
+        override: Any | None,
+        files: dict[str, bytes] | None,
     ) -> list[ModelVersion]:
-        if name != self.spec.name:  # (ensembles find their steps in the mirror)
+        if name != self.name:
             raise ModelyardError(f"model '{name}' is not deployed on the Ray cluster")
         try:
-            return await super()._load_versions(name, location, override)
+            return await self.local.start(core, name, location, override, files)
         except BaseException as e:  # the core words it for the client; the controller re-raises
             self.load_error = e
             raise
@@ -76,7 +87,7 @@ class RayHost(CoreHost):
     model control goes to the cluster's controller (deploy, delete); readiness is the
     cluster's."""
 
-    def __init__(self, core: ReplicaCore, controller: Any) -> None:
+    def __init__(self, core: InferenceServer, controller: Any) -> None:
         super().__init__(core)
         self.controller = controller
         self.mirror: Mirror | None = None
@@ -107,7 +118,8 @@ class ModelReplica:
     async def __init__(self, spec: ReplicaSpec) -> None:  # type: ignore[misc]
         logs.configure(spec.log_config)
         self.spec = spec
-        self.core = core = ReplicaCore(spec)
+        self.own = OwnModel(spec.name)
+        self.core = core = InferenceServer(spec.options, self.own)
         host = RayHost(core, spec.controller)
         core.host = host  # before any load: the backends take the host at load time
 
@@ -132,7 +144,7 @@ class ModelReplica:
     async def describe(self) -> tuple[bytes, BaseException | None]:
         """The version's config as the cluster shows it, or why it failed to load."""
         if self.version is None:
-            error = self.core.load_error or ModelyardError(
+            error = self.own.load_error or ModelyardError(
                 f"failed to load '{self.spec.name}' version {self.spec.version}"
             )
             return b"", error
