@@ -126,6 +126,8 @@ def test_the_configuration_is_frozen() -> None:
         config.heap_retain_mb = 1  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.endpoints.http.port = 1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.core.load.config_name = "x"  # type: ignore[misc]
     changed = dataclasses.replace(config, heap_retain_mb=0)
     assert changed.heap_retain_mb == 0 and config.heap_retain_mb != 0
 

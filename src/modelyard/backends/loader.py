@@ -21,7 +21,7 @@ from modelyard.errors import Unsupported
 from modelyard.serving.host import ModelHost
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoadOptions:
     """What every load reads: auto-complete on or off, ``--backend-config`` by backend,
     ``--model-config-name`` (``configs/<name>.pbtxt`` before ``config.pbtxt``),

@@ -12,7 +12,7 @@ from modelyard.serving.metrics_settings import MetricsSettings
 from modelyard.tracing.config import TraceConfig
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServerOptions:
     repositories: list[str] = field(default_factory=list)
     control_mode: str = "none"  # none | explicit | poll
