@@ -24,7 +24,7 @@ DEFAULT_PORT = 9000  # Triton's OpenAI frontend's
 DEFAULT_MAX_TOKENS = 16  # Triton's OpenAI frontend's --default-max-tokens
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpenAIOptions:
     port: int = DEFAULT_PORT
     address: str = "0.0.0.0"
