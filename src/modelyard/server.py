@@ -1,4 +1,5 @@
-"""Composition root: builds the core, starts the frontends, handles signals and shutdown."""
+"""Composition root: `serve(ServerConfig)` builds the core, starts the frontends, handles signals
+and shutdown."""
 
 from __future__ import annotations
 
