@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,10 +34,48 @@ _running: list[ServerProcess] = []  # servers the ``serving`` fixture started an
 _stopped: list[ServerProcess] = []  # ... and those it stopped since the current test began
 
 
+RAY_SCOPE = "tests/ray"
+
+
+def _scope(nodeid: str) -> str:
+    """The unit pytest-xdist hands to one worker whole (``--dist loadfile``): a test file,
+    except that every test that starts Ray shares one, so two Ray instances never run at
+    once (on 2 cores each slowed the other past its bounds)."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith(RAY_SCOPE + "/") or nodeid.endswith("[tutorials/ray.md]"):
+        return RAY_SCOPE
+    return path
+
+
+def _weight(item: pytest.Item) -> int:
+    """Longest first, so that no long unit starts last: Ray, the docs' snippets, the
+    differential tests (they start the reference Triton too), then the rest."""
+    scope = _scope(item.nodeid)
+    if scope == RAY_SCOPE:
+        return 0
+    if scope.startswith("tests/docs/"):
+        return 1
+    return 2
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("reference") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(REFERENCE_TEST_TIMEOUT_S))
+    items.sort(key=_weight)  # (stable: files keep their order within a weight)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class _Scheduler(LoadFileScheduling):  # type: ignore[misc]  # (xdist is untyped)
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    config.option.loadscopereorder = False  # the collection's order: longest first
+    return _Scheduler(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True)

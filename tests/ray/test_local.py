@@ -160,10 +160,26 @@ def process_gone(pid: int) -> bool:
 # -- the README's repository with the default flags -----------------------------------------
 
 
+def the_other_example_models(client: httpclient.InferenceServerClient) -> None:
+    """The example models the examples' clients do not call, each answering correctly."""
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    res = client.infer("scale_batched", [http_input("INPUT0", x)])
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), x * 2)
+    n = np.array([[1, 2, 3]], dtype=np.int32)
+    res = client.infer("square_auto", [http_input("INPUT0", n)])
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), n * n)
+    config = client.get_model_config("square_auto")  # auto-completed inside its replica
+    assert config["max_batch_size"] == 4 and "dynamic_batching" in config
+    words = np.array([b"ray", b"serve"], dtype=np.object_)
+    res = client.infer("string_upper", [http_input("INPUT0", words, "BYTES")])
+    assert res.as_numpy("OUTPUT0").tolist() == [b"RAY", b"SERVE"]
+
+
 def test_examples_with_the_default_flags() -> None:
     """``modelyard serve examples/model_repository --ray local`` on 2 CPUs: every replica finds
-    room (a fraction of a CPU each by default), the examples' client gets its answers, Ctrl-C
-    stops it and nothing is left in the temporary folder."""
+    room (a fraction of a CPU each by default), the examples' clients and models give their
+    answers, Ctrl-C stops it and nothing is left in the temporary folder. (The examples across
+    the two nodes of a cluster: test_cluster.py's pipelines.)"""
     server = serve_local(str(EXAMPLES), "--ray", "local", "--ray-num-cpus", "2")
     try:
         proc = server.process
@@ -177,13 +193,17 @@ def test_examples_with_the_default_flags() -> None:
         res = grpc.infer("add_sub", [grpc_input("INPUT0", x), grpc_input("INPUT1", x)])
         np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), x + x)
         grpc.close()
-        run = subprocess.run(
-            [sys.executable, str(ROOT / "examples" / "client.py"), "--http-url", proc.http_url,
-             "--grpc-url", proc.grpc_url],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert run.returncode == 0, run.stdout + run.stderr
-        assert "WRONG" not in run.stdout
+        # add_sub, bls_add_sub, ensemble_add_sub, repeat (gRPC stream), accumulate (sequence);
+        # the signal pipeline (BLS to a Python and an ONNX model)
+        for script in ("client.py", "pipeline_client.py"):
+            run = subprocess.run(
+                [sys.executable, str(ROOT / "examples" / script), "--http-url", proc.http_url,
+                 "--grpc-url", proc.grpc_url],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert run.returncode == 0, run.stdout + run.stderr
+            assert "WRONG" not in run.stdout
+        the_other_example_models(client)
         assert server.stop() == 0, proc.output()
         assert server.left_behind() == []
     finally:

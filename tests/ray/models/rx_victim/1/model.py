@@ -14,8 +14,11 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             if pb_utils.get_input_tensor_by_name(request, "HOLD").as_numpy()[0]:
-                with open(json.loads(request.parameters())["started"], "w") as f:
+                # Written aside, then renamed: the test never reads it half-written.
+                started = json.loads(request.parameters())["started"]
+                with open(started + ".tmp", "w") as f:
                     f.write(str(os.getppid()))
+                os.replace(started + ".tmp", started)
                 deadline = time.monotonic() + HOLD_S
                 while time.monotonic() < deadline and not request.is_cancelled():
                     time.sleep(0.05)
