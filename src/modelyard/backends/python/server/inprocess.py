@@ -23,6 +23,14 @@ import triton_python_backend_utils as pb
 from modelyard.backends.instance import Instance
 from modelyard.backends.python.protocol import release_flags
 from modelyard.backends.python.protocol.error_text import batch_error, format_exception
+from modelyard.backends.python.protocol.model_calls import (
+    Failure,
+    check_returned,
+    initialize_args,
+    model_class,
+    output_names,
+    release_rescheduled,
+)
 from modelyard.backends.python.server.embedded import embed
 from modelyard.backends.python.server.inprocess_runtime import (
     CURRENT,
@@ -91,15 +99,13 @@ class InProcessInstance(Instance):
         return await asyncio.get_running_loop().run_in_executor(self._thread, call)
 
     async def start(self) -> None:
-        import json
-
         loop = asyncio.get_running_loop()
         spec = self.spec
         self.runtime = InProcessRuntime(self.host, loop, os.path.dirname(spec.model_file), self)
         if pb.get_runtime() is None:
             # Threads a model starts see no context runtime; give them one that reaches the host.
             pb.set_runtime(InProcessRuntime(self.host, loop))
-        self._outputs = [o["name"] for o in json.loads(spec.config_json).get("output", [])]
+        self._outputs = output_names(spec.config_json)
         # (the folder's digest: with --model-namespacing two models may share name and version)
         folder = zlib.crc32(os.path.dirname(os.path.dirname(spec.model_file)).encode())
         package = f"_modelyard_inprocess.{spec.model_name}_v{spec.version}_{spec.key}"
@@ -110,34 +116,22 @@ class InProcessInstance(Instance):
         try:
             module = await self._in_thread(import_isolated, spec.model_file, package, files)
             self._leaf = not may_call_server(files)
-            cls = getattr(module, "TritonPythonModel", None)
-            if cls is None:
-                raise InternalError(
-                    f"Python model '{spec.model_file}' has no class 'TritonPythonModel'"
-                )
-            self.model = await self._in_thread(cls)
+            self.model = await self._in_thread(model_class(module, spec.model_file))
             self._has_is_ready = hasattr(self.model, "is_ready")
             self.sync_execute = not asyncio.iscoroutinefunction(
                 getattr(self.model, "execute", None)
             )
             if hasattr(self.model, "initialize"):
-                args = {
-                    "model_config": spec.config_json,
-                    "model_instance_kind": spec.instance_kind,
-                    "model_instance_name": spec.instance_name,
-                    "model_instance_device_id": str(spec.device_id),
-                    "model_repository": spec.model_dir,
-                    "model_version": str(spec.version),
-                    "model_name": spec.model_name,
-                }
                 self.phase = "initialize"
-                result = await self._in_thread(self.model.initialize, args)
+                result = await self._in_thread(self.model.initialize, initialize_args(spec))
                 if asyncio.iscoroutine(result):
                     with pb.runtime_context(self.runtime):
                         await result
             self.phase = "ready"
         except ModelyardError:
             raise
+        except Failure as f:
+            raise ModelyardError(f.message, f.code) from None
         except BaseException as e:
             raise InternalError(format_exception(e)) from None
 
@@ -259,52 +253,22 @@ class InProcessInstance(Instance):
         return out
 
     def _collect(self, batch: list[RequestContext], requests: list[Any], returned: Any) -> None:
-        if self.spec.decoupled:
-            if returned is not None:
-                raise _BatchError(
-                    f"Python model '{self.name}' is using the decoupled mode and the execute "
-                    "function must return None."
-                )
-            return
-        if returned is None:
-            return
-        if not isinstance(returned, list):
-            raise _BatchError(
-                f"Expected a list in the execute return, found type '{type(returned)}'."
-            )
-        if len(returned) != len(requests):
-            raise _BatchError(
-                "Number of InferenceResponse objects do not match the number of InferenceRequest "
-                f"objects. InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) "
-                f"size is:{len(returned)}\n"
-            )
-        for req, resp in zip(requests, returned, strict=True):
-            if resp is not None and req._release_flags & release_flags.RESCHEDULE:
-                raise _BatchError(release_flags.returned_for_rescheduled(resp))
-            if resp is not None and not isinstance(resp, pb.InferenceResponse):
-                raise _BatchError(
-                    "Expected an 'InferenceResponse' object in the execute function return list, "
-                    f"found type '{type(resp)}'."
-                )
-        for ctx, req, resp in zip(batch, requests, returned, strict=True):
-            if resp is None:
-                continue
-            try:
-                req._response_sender._update_state(resp, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            except pb.TritonModelException as e:
-                log.error("%s", e)
-                continue
-            ctx.send(self._core_response(ctx, resp, True, req._requested_output_names))
-
-    def _release(self, batch: list[RequestContext], requests: list[Any]) -> None:
-        """Requests the model rescheduled go back to the scheduler (iterative sequences)."""
-        indices = release_flags.rescheduled(requests)
-        if not indices:
-            return
-        if not self.iterative:
-            release_flags.refuse(pb, requests, indices)
-            return
-        for i in indices:
+        """Check what execute returned (model_calls.py), send each response, and hand the
+        requests the model rescheduled back to the scheduler (iterative sequences)."""
+        returned = check_returned(pb, self.spec.decoupled, self.name, requests, returned)
+        if returned is not None:
+            for ctx, req, resp in zip(batch, requests, returned, strict=True):
+                if resp is None:
+                    continue
+                try:
+                    req._response_sender._update_state(
+                        resp, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                    )
+                except pb.TritonModelException as e:
+                    log.error("%s", e)
+                    continue
+                ctx.send(self._core_response(ctx, resp, True, req._requested_output_names))
+        for i in release_rescheduled(pb, self.iterative, requests):
             reschedule(batch[i])
 
     def _fail(self, batch: list[RequestContext], detail: str) -> None:
@@ -360,9 +324,8 @@ class InProcessInstance(Instance):
                 await self._finish(batch, requests, returned)
                 return
             self._collect(batch, requests, returned)
-            self._release(batch, requests)
-        except _BatchError as e:
-            self._fail(batch, str(e))
+        except Failure as e:
+            self._fail(batch, e.message)
         except BaseException as e:
             self._fail(batch, format_exception(e))
 
@@ -386,9 +349,8 @@ class InProcessInstance(Instance):
                     returned = self.model.execute(requests)
             self._timed(time.perf_counter() - t0)
             self._collect(batch, requests, returned)
-            self._release(batch, requests)
-        except _BatchError as e:
-            self._fail(batch, str(e))
+        except Failure as e:
+            self._fail(batch, e.message)
         except BaseException as e:
             self._fail(batch, format_exception(e))
         finally:
@@ -433,14 +395,9 @@ class InProcessInstance(Instance):
         try:
             returned = await coro
             self._collect(batch, requests, returned)
-            self._release(batch, requests)
-        except _BatchError as e:
-            self._fail(batch, str(e))
+        except Failure as e:
+            self._fail(batch, e.message)
         except BaseException as e:
             if self.spec.decoupled:
                 log.error("%s", "".join(traceback.format_exception(e)))
             self._fail(batch, format_exception(e))
-
-
-class _BatchError(Exception):
-    pass

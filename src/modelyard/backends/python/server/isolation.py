@@ -20,6 +20,7 @@ from typing import Any
 
 import triton_python_backend_utils as pb
 from modelyard.backends.python.protocol.error_text import format_exception, format_import_error
+from modelyard.backends.python.protocol.model_calls import Failure, auto_complete
 from modelyard.errors import InternalError, ModelyardError
 
 _import_lock = threading.Lock()
@@ -155,23 +156,16 @@ async def auto_complete_in_process(
 
     def run() -> dict[str, Any]:
         module = import_isolated(model_file, f"_modelyard_autocomplete.{model_name}")
+        # (no class: the config as it was; starting the instance says what is missing)
         cls = getattr(module, "TritonPythonModel", None)
-        fn = getattr(cls, "auto_complete_config", None)
-        if fn is None:
-            return config
-        result = fn(pb.ModelConfig(config))
-        if not isinstance(result, pb.ModelConfig):
-            raise InternalError(
-                f"auto_complete_config function in model '{model_name}' must return a valid "
-                "pb.ModelConfig object."
-            )
-        completed: dict[str, Any] = result.as_dict()
-        return completed
+        return auto_complete(pb, cls, model_name, config)
 
     try:
         return await asyncio.to_thread(run)
     except ModelyardError:
         raise
+    except Failure as f:
+        raise ModelyardError(f.message, f.code) from None
     except BaseException as e:
         raise InternalError(format_exception(e)) from None
 

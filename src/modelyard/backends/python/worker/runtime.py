@@ -5,7 +5,6 @@ the model's responses into frames, and carries logging, BLS and model control to
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -16,7 +15,6 @@ from modelyard.backends.python.protocol.messages import (
     BlsResponse,
     Cancel,
     ControlResult,
-    ErrorCode,
     LoadModel,
     Log,
     ModelSetup,
@@ -28,13 +26,12 @@ from modelyard.backends.python.protocol.messages import (
     Send,
     UnloadModel,
 )
-from modelyard.backends.python.protocol.release_flags import (
-    RESCHEDULE,
-    is_iterative,
-    refuse,
-    rescheduled,
-    returned_for_rescheduled,
+from modelyard.backends.python.protocol.model_calls import (
+    check_bls,
+    check_returned,
+    output_names,
 )
+from modelyard.backends.python.protocol.release_flags import is_iterative, refuse, rescheduled
 from modelyard.backends.python.worker.bls_client import BlsClient
 from modelyard.backends.python.worker.spans import WorkerSpan
 
@@ -57,10 +54,8 @@ class StubRuntime:
     def adopt(self, setup: ModelSetup) -> None:
         """Serve the model ``setup`` describes (auto-complete ran with a provisional one)."""
         self.setup = setup
-        config_json = setup.config_json
-        outputs = json.loads(config_json).get("output", []) if config_json else []
-        self.all_outputs: list[str] = [o["name"] for o in outputs]
-        self.iterative = is_iterative(config_json)
+        self.all_outputs = output_names(setup.config_json)
+        self.iterative = is_iterative(setup.config_json)
 
     # -- requests in, responses out ----------------------------------------------------------
 
@@ -127,54 +122,23 @@ class StubRuntime:
         return Response(outputs, response._params or None, None)
 
     def collect_responses(self, requests: list[Any], returned: Any) -> list[Response | None]:
-        """Validate execute's return value as Triton does and pack each response."""
-        pb = self.pb
-        if self.setup.decoupled:
-            if returned is not None:
-                raise _failure(
-                    f"Python model '{self.setup.instance_name}' is using the decoupled mode and "
-                    "the execute function must return None."
-                )
-            return [None] * len(requests)
+        """Check execute's return value as Triton does (model_calls.py) and pack each
+        response."""
+        setup = self.setup
+        returned = check_returned(self.pb, setup.decoupled, setup.instance_name, requests, returned)
         if returned is None:
             return [None] * len(requests)
-        if not isinstance(returned, list):
-            raise _failure(f"Expected a list in the execute return, found type '{type(returned)}'.")
-        if len(returned) != len(requests):
-            raise _failure(
-                "Number of InferenceResponse objects do not match the number of InferenceRequest "
-                f"objects. InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) "
-                f"size is:{len(returned)}\n"
-            )
         results: list[Response | None] = []
-        for req, resp in zip(requests, returned, strict=False):
+        for req, resp in zip(requests, returned, strict=True):
             if resp is None:
                 results.append(None)
                 continue
-            if req._release_flags & RESCHEDULE:
-                raise _failure(returned_for_rescheduled(resp))
-            if not isinstance(resp, pb.InferenceResponse):
-                raise _failure(
-                    "Expected an 'InferenceResponse' object in the execute function return list, "
-                    f"found type '{type(resp)}'."
-                )
             results.append(
                 self.pack_response(resp, req.requested_output_names(), req._modelyard_dests)
             )
             if self.cancelled:
                 self.cancelled.discard(req._modelyard_key)
         return results
-
-    def release(self, requests: list[Any]) -> tuple[int, ...]:
-        """The indices of the requests the model rescheduled, to execute again (an iterative
-        model), after refusing them for any other model (see release_flags.py)."""
-        indices = rescheduled(requests)
-        if not indices:
-            return ()
-        if not self.iterative:
-            refuse(self.pb, requests, indices)
-            return ()
-        return tuple(indices)
 
     def _send(
         self,
@@ -233,18 +197,12 @@ class StubRuntime:
             return
         self.bls.deliver(msg)
 
-    def _check_bls(self) -> None:
-        if self.stub.phase != "ready":
-            raise self.pb.TritonModelException(
-                "BLS is only supported during the 'execute' function."
-            )
-
     def exec(self, request: Any, decoupled: bool) -> Any:
-        self._check_bls()
+        check_bls(self.pb, self.stub.phase)
         return self.bls.exec(request, decoupled)
 
     def async_exec(self, request: Any, decoupled: bool) -> Any:
-        self._check_bls()
+        check_bls(self.pb, self.stub.phase)
         return self.bls.async_exec(request, decoupled)
 
     def _control(self, op: str, request: LoadModel | UnloadModel | QueryModelReady) -> bool:
@@ -262,16 +220,3 @@ class StubRuntime:
 
     def is_model_ready(self, name: str, version: str) -> bool:
         return self._control("ready", QueryModelReady(self.bls.next_id(), name, version))
-
-
-def _failure(message: str) -> Exception:
-    return Failure(ErrorCode.INTERNAL, message)
-
-
-class Failure(Exception):
-    """A call the worker answers with an error: Triton's code and text."""
-
-    def __init__(self, code: ErrorCode, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message

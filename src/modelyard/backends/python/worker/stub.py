@@ -48,11 +48,18 @@ from modelyard.backends.python.protocol.messages import (
     WorkerMessage,
     decode_server_message,
 )
+from modelyard.backends.python.protocol.model_calls import (
+    Failure,
+    auto_complete,
+    initialize_args,
+    model_class,
+    release_rescheduled,
+)
 from modelyard.backends.python.worker.baton import ReadBaton
 from modelyard.backends.python.worker.bls_client import PARENTS
 from modelyard.backends.python.worker.readiness import StubReadiness
 from modelyard.backends.python.worker.region_maps import ClientRegions, RegionError
-from modelyard.backends.python.worker.runtime import Failure, StubRuntime
+from modelyard.backends.python.worker.runtime import StubRuntime
 from modelyard.backends.python.worker.spans import CURRENT, first_traced
 
 log = logging.getLogger("modelyard.stub")
@@ -244,29 +251,11 @@ class Stub:
             module = importlib.import_module(f"{version}.{module_name}")
         except BaseException as e:  # a syntax error, a missing module, any module-level raise
             raise Failure(ErrorCode.INTERNAL, format_import_error(e)) from None
-        cls = getattr(module, "TritonPythonModel", None)
-        if cls is None:
-            raise Failure(
-                ErrorCode.INTERNAL, f"Python model '{path}' has no class 'TritonPythonModel'"
-            )
-        return cls
+        return model_class(module, path)
 
     def autocomplete(self, setup: ModelSetup, config: dict[str, Any]) -> dict[str, Any]:
         self._setup(setup)
-        cls = self._import_model(setup)
-        fn = getattr(cls, "auto_complete_config", None)
-        if fn is None:
-            return config
-        pb = self.pb
-        result = fn(pb.ModelConfig(config))
-        if not isinstance(result, pb.ModelConfig):
-            raise Failure(
-                ErrorCode.INTERNAL,
-                f"auto_complete_config function in model '{setup.model_name}' must return "
-                "a valid pb.ModelConfig object.",
-            )
-        completed: dict[str, Any] = result.as_dict()
-        return completed
+        return auto_complete(self.pb, self._import_model(setup), setup.model_name, config)
 
     def initialize(self, setup: ModelSetup) -> None:
         runtime = self._setup(setup)
@@ -275,17 +264,8 @@ class Stub:
         cls = self._import_model(setup)
         self.model = cls()
         if hasattr(self.model, "initialize"):
-            args = {
-                "model_config": setup.config_json,
-                "model_instance_kind": setup.instance_kind,
-                "model_instance_name": setup.instance_name,
-                "model_instance_device_id": str(setup.device_id),
-                "model_repository": setup.model_dir,
-                "model_version": str(setup.version),
-                "model_name": setup.model_name,
-            }
             self.phase = "initialize"
-            self._run_maybe_async(self.model.initialize(args))
+            self._run_maybe_async(self.model.initialize(initialize_args(setup)))
         self.phase = "ready"
 
     def finalize(self) -> None:
@@ -353,7 +333,7 @@ class Stub:
                     return Executed(call_id, None, (), None)
             cancelled = set(runtime.cancelled)  # (answering forgets them)
             responses = runtime.collect_responses(requests, returned)
-            rescheduled = runtime.release(requests)
+            rescheduled = release_rescheduled(self.pb, runtime.iterative, requests)
             direct = self.reply_direct(items, responses, cancelled)
             return Executed(call_id, responses, rescheduled, None, direct)
         except Failure as f:
@@ -386,7 +366,7 @@ class Stub:
             cancelled = set(runtime.cancelled)  # (answering forgets them)
             try:
                 responses = runtime.collect_responses(requests, f.result())
-                rescheduled = runtime.release(requests)
+                rescheduled = release_rescheduled(self.pb, runtime.iterative, requests)
             except Failure as e:
                 self.reply(AsyncExecuted(call_id, None, (), self._batch_error(e.message)))
             except BaseException as e:

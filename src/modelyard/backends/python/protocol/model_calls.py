@@ -1,0 +1,193 @@
+"""How a Python model is called, written once for both execution modes (the worker process's
+``worker/stub.py`` and the in-process instance's ``server/inprocess.py``): the arguments
+``initialize`` gets, the ``TritonPythonModel`` lookup, ``auto_complete_config`` and its check,
+the check of what ``execute`` returned, the release of rescheduled requests, and the pieces of
+a BLS call that do not depend on the transport (its checks, its bound, its error responses).
+
+What differs between the modes stays on each side: the transport (frames over a socket, or
+direct calls) and where tensors live (shared memory, or the server's own arrays). ``pb`` is
+passed in rather than imported: a worker imports ``triton_python_backend_utils`` only once
+the model's folders are on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from modelyard.backends.python.protocol import release_flags
+from modelyard.errors import ErrorCode
+
+# Waiting for a BLS reply is bounded even when the request sets no timeout: the server's
+# deadlock detection answers cycles at once, so this only guards against a call lost on the
+# way; a request's own timeout bounds it a little past that timeout (the core ends it first).
+DEFAULT_WAIT_S = 3600.0
+TIMEOUT_GRACE_S = 5.0
+TIMED_OUT = "BLS request timed out waiting for a response"
+
+
+class Failure(Exception):
+    """A call answered with an error: Triton's code and text."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ModelFiles(Protocol):
+    """What both sides know of the model instance they run (a worker's ``ModelSetup``, an
+    in-process instance's ``WorkerSpec``)."""
+
+    model_name: str
+    version: int
+    model_dir: str
+    model_file: str
+    instance_name: str
+    instance_kind: str
+    device_id: int
+    config_json: str
+
+
+# -- the model's lifecycle -------------------------------------------------------------------
+
+
+def initialize_args(m: ModelFiles) -> dict[str, str]:
+    """``initialize``'s argument, Triton's seven keys (all strings)."""
+    return {
+        "model_config": m.config_json,
+        "model_instance_kind": m.instance_kind,
+        "model_instance_name": m.instance_name,
+        "model_instance_device_id": str(m.device_id),
+        "model_repository": m.model_dir,
+        "model_version": str(m.version),
+        "model_name": m.model_name,
+    }
+
+
+def model_class(module: Any, path: str) -> Any:
+    """The module's ``TritonPythonModel``, or Triton's error naming the file."""
+    cls = getattr(module, "TritonPythonModel", None)
+    if cls is None:
+        raise Failure(ErrorCode.INTERNAL, f"Python model '{path}' has no class 'TritonPythonModel'")
+    return cls
+
+
+def auto_complete(pb: Any, cls: Any, model_name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Run ``cls.auto_complete_config`` on ``config`` (Triton's dict shape); the config as it
+    was when the class has none."""
+    fn = getattr(cls, "auto_complete_config", None)
+    if fn is None:
+        return config
+    result = fn(pb.ModelConfig(config))
+    if not isinstance(result, pb.ModelConfig):
+        raise Failure(
+            ErrorCode.INTERNAL,
+            f"auto_complete_config function in model '{model_name}' must return a valid "
+            "pb.ModelConfig object.",
+        )
+    completed: dict[str, Any] = result.as_dict()
+    return completed
+
+
+def output_names(config_json: str) -> list[str]:
+    """The outputs the config declares: what a request that names none gets."""
+    outputs = json.loads(config_json).get("output", []) if config_json else []
+    return [o["name"] for o in outputs]
+
+
+# -- execute ---------------------------------------------------------------------------------
+
+
+def check_returned(
+    pb: Any, decoupled: bool, instance: str, requests: list[Any], returned: Any
+) -> list[Any] | None:
+    """Check what ``execute`` returned as Triton does: the responses, one per request (None
+    where the model answers through the request's sender), or None for no responses at all."""
+    if decoupled:
+        if returned is not None:
+            raise Failure(
+                ErrorCode.INTERNAL,
+                f"Python model '{instance}' is using the decoupled mode and the execute "
+                "function must return None.",
+            )
+        return None
+    if returned is None:
+        return None
+    if not isinstance(returned, list):
+        raise Failure(
+            ErrorCode.INTERNAL,
+            f"Expected a list in the execute return, found type '{type(returned)}'.",
+        )
+    if len(returned) != len(requests):
+        raise Failure(
+            ErrorCode.INTERNAL,
+            "Number of InferenceResponse objects do not match the number of InferenceRequest "
+            f"objects. InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) "
+            f"size is:{len(returned)}\n",
+        )
+    response_type = pb.InferenceResponse
+    for req, resp in zip(requests, returned, strict=True):
+        if resp is None:
+            continue
+        if req._release_flags & release_flags.RESCHEDULE:
+            raise Failure(ErrorCode.INTERNAL, release_flags.returned_for_rescheduled(resp))
+        if not isinstance(resp, response_type):
+            raise Failure(
+                ErrorCode.INTERNAL,
+                "Expected an 'InferenceResponse' object in the execute function return list, "
+                f"found type '{type(resp)}'.",
+            )
+    return returned
+
+
+def release_rescheduled(pb: Any, iterative: bool, requests: list[Any]) -> tuple[int, ...]:
+    """The indices of the requests the model rescheduled, to execute again (an iterative
+    model), after refusing them for any other model (see release_flags.py)."""
+    indices = [i for i, r in enumerate(requests) if r._release_flags & release_flags.RESCHEDULE]
+    if not indices:
+        return ()
+    if not iterative:
+        release_flags.refuse(pb, requests, indices)
+        return ()
+    return tuple(indices)
+
+
+# -- BLS -------------------------------------------------------------------------------------
+
+
+def check_bls(pb: Any, phase: str) -> None:
+    """As Triton's stub: BLS calls only once ``initialize`` has returned, before ``finalize``."""
+    if phase != "ready":
+        raise pb.TritonModelException("BLS is only supported during the 'execute' function.")
+
+
+def version_text(version: Any) -> str:
+    """A BLS request's model version as the server reads it ("" for the newest)."""
+    return "" if version is None or int(version) < 0 else str(version)
+
+
+def reply_wait_s(timeout_us: int) -> float:
+    """How long a caller waits for a BLS reply."""
+    return timeout_us / 1e6 + TIMEOUT_GRACE_S if timeout_us > 0 else DEFAULT_WAIT_S
+
+
+def error_response(pb: Any, text: str, code: ErrorCode) -> Any:
+    """A BLS call's response holding only an error."""
+    return pb.InferenceResponse._from_server([], pb.TritonError._from_server(text, code))
+
+
+def timeout_response(pb: Any) -> Any:
+    """The response of a BLS call that got no reply within its bound."""
+    return error_response(pb, TIMED_OUT, ErrorCode.UNAVAILABLE)
+
+
+def forked_response(pb: Any, text: str, decoupled: bool) -> Any:
+    """What ``exec()`` returns in a process the model forked (``text``: forked_bls_text)."""
+    response = error_response(pb, text, ErrorCode.UNSUPPORTED)
+    return iter([response]) if decoupled else response
+
+
+async def resolved(value: Any) -> Any:
+    """An awaitable of a value already known (an ``async_exec()`` answered at once)."""
+    return value
