@@ -118,10 +118,16 @@ class InferenceServer:
             results += await asyncio.gather(*loads, return_exceptions=True)
         names = [n for group in groups for n in group]
         failed = [n for n, r in zip(names, results, strict=False) if isinstance(r, BaseException)]
-        self._started = True
+        self.began_serving()
         if self.poller is not None:
             self.poller.start()
         return failed
+
+    def began_serving(self) -> None:
+        """Ready from now on, as once :meth:`start`'s loads are over: for a core whose models
+        come another way (a Ray replica loads its one model; a node's frontends mirror the
+        cluster's)."""
+        self._started = True
 
     async def stop(self) -> bool:
         """Shut down within the exit timeout (core/shutdown.py); True for a clean drain."""

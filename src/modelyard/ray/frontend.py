@@ -44,7 +44,7 @@ class FrontendCore(InferenceServer):
 
     async def start(self) -> list[str]:
         await self.mirror.start()
-        self._started = True
+        self.began_serving()
         return []
 
     async def stop(self) -> bool:

@@ -139,7 +139,7 @@ class ModelReplica:
             pass  # reported by describe()
         except Exception:
             log.exception("loading '%s' version %d failed", spec.name, spec.version)
-        core._started = True
+        core.began_serving()
 
     async def describe(self) -> tuple[bytes, BaseException | None]:
         """The version's config as the cluster shows it, or why it failed to load."""
