@@ -21,8 +21,17 @@ from typing import TYPE_CHECKING, Any, cast
 
 import triton_python_backend_utils as pb
 from modelyard.backends.python.protocol.error_text import control_error_text, forked_bls_text
+from modelyard.backends.python.protocol.model_calls import (
+    check_bls,
+    error_response,
+    forked_response,
+    reply_wait_s,
+    resolved,
+    timeout_response,
+    version_text,
+)
 from modelyard.backends.python.server.bls import link_to_parents, start_bls
-from modelyard.errors import ErrorCode, InternalError, ModelyardError
+from modelyard.errors import InternalError, ModelyardError
 from modelyard.serving.context import RequestContext
 from modelyard.serving.host import ModelHost, ModelLogRecord
 from modelyard.tracing.trace import RequestTrace, Span
@@ -32,12 +41,6 @@ if TYPE_CHECKING:
     from modelyard.backends.python.server.inprocess import InProcessInstance
 
 log = logging.getLogger("modelyard")
-
-# Waiting for a BLS reply is bounded even when the request sets no timeout (as in the worker,
-# bls_client.py): the core answers every call, this only guards against a call lost on the
-# way; a request's own timeout bounds it a little past that timeout (the core ends it first).
-DEFAULT_WAIT_S = 3600.0
-TIMEOUT_GRACE_S = 5.0
 
 # The chain of instances blocked on the batch this thread is running (see bls.py).
 TLS = threading.local()
@@ -85,7 +88,7 @@ class InProcessRuntime:
         return InferRequest(
             model_name=request.model_name(),
             inputs=inputs,
-            model_version=_version_text(version),
+            model_version=version_text(version),
             id=request.request_id(),
             outputs=[RequestedOutput(n) for n in request.requested_output_names()] or None,
             parameters=dict(request._params or {}),
@@ -98,8 +101,7 @@ class InProcessRuntime:
     @staticmethod
     def pb_response(resp: InferResponse) -> Any:
         if resp.error is not None:
-            err = pb.TritonError._from_server(resp.error.message, resp.error.code)
-            return pb.InferenceResponse._from_server([], err)
+            return error_response(pb, resp.error.message, resp.error.code)
         if resp.flag_only:
             return pb.InferenceResponse._from_server([], flag_only=True)
         tensors = [pb.Tensor._from_server(t.name, tensor_data(t)) for t in resp.outputs]
@@ -164,32 +166,26 @@ class InProcessRuntime:
         return "" if pid == self._pid else forked_bls_text(pid, self._pid)
 
     @staticmethod
-    def _error_response(text: str, code: ErrorCode) -> Any:
-        return pb.InferenceResponse._from_server([], pb.TritonError._from_server(text, code))
-
-    def _reply(self, replies: Any, core_request: InferRequest) -> tuple[Any, bool]:
+    def _reply(replies: Any, core_request: InferRequest) -> tuple[Any, bool]:
         """The next reply of a call, waiting within its bound; a timeout error after it."""
-        t = core_request.timeout_us
-        wait_s = t / 1e6 + TIMEOUT_GRACE_S if t else DEFAULT_WAIT_S
         try:
-            item: tuple[Any, bool] = replies.get(timeout=wait_s)
+            item: tuple[Any, bool] = replies.get(timeout=reply_wait_s(core_request.timeout_us))
         except queue_mod.Empty:
-            text = "BLS request timed out waiting for a response"
-            return self._error_response(text, ErrorCode.UNAVAILABLE), True
+            return timeout_response(pb), True
         return item
 
     def _check_bls(self) -> None:
-        # As Triton's stub (and a worker, worker/runtime.py): not from initialize or finalize.
-        if self.instance is not None and self.instance.phase != "ready":
-            raise pb.TritonModelException("BLS is only supported during the 'execute' function.")
+        # Not from initialize or finalize (model_calls.py); threads a model starts have a
+        # runtime without an instance.
+        if self.instance is not None:
+            check_bls(pb, self.instance.phase)
 
     def exec(self, request: Any, decoupled: bool) -> Any:
         self._check_bls()
         self._calling()
         forked = self._forked()
         if forked:
-            response = self._error_response(forked, ErrorCode.UNSUPPORTED)
-            return iter([response]) if decoupled else response
+            return forked_response(pb, forked, decoupled)
         if on_loop(self.loop):
             raise pb.TritonModelException(
                 "exec() would block the server's event loop: in `async def execute` use "
@@ -220,8 +216,7 @@ class InProcessRuntime:
         self._calling()
         forked = self._forked()
         if forked:
-            response = self._error_response(forked, ErrorCode.UNSUPPORTED)
-            return _resolved(iter([response]) if decoupled else response)
+            return resolved(forked_response(pb, forked, decoupled))
         core_request = self._core_request(request)
         if on_loop(self.loop):
             if not decoupled and not core_request.timeout_us:
@@ -238,7 +233,7 @@ class InProcessRuntime:
         if not decoupled and not core_request.timeout_us:
             direct = self._direct(core_request)
             if direct is not None:
-                return _resolved(direct)
+                return resolved(direct)
         return self._async_exec_from_thread(core_request, decoupled, PARENTS.get())
 
     async def _async_exec_from_thread(
@@ -329,10 +324,6 @@ def _runs_inline(instance: Any) -> bool:
     return bool(getattr(instance, "inline_ok", False))
 
 
-async def _resolved(value: Any) -> Any:
-    return value
-
-
 def _run_direct(instance: Any, ctx: RequestContext) -> None:
     """Run a directly claimed request on this thread (ModelHost.run_direct's ``run``): the
     batch whose execute makes the call cancels it."""
@@ -348,10 +339,6 @@ def _run_direct(instance: Any, ctx: RequestContext) -> None:
 def tensor_data(t: Tensor) -> Any:
     assert t.data is not None  # decoded by validation
     return t.data
-
-
-def _version_text(version: Any) -> str:
-    return "" if version is None or int(version) < 0 else str(version)
 
 
 def on_loop(loop: asyncio.AbstractEventLoop) -> bool:

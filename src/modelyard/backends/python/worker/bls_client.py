@@ -30,6 +30,15 @@ from modelyard.backends.python.protocol.messages import (
     Response,
     UnloadModel,
 )
+from modelyard.backends.python.protocol.model_calls import (
+    DEFAULT_WAIT_S,
+    error_response,
+    forked_response,
+    reply_wait_s,
+    resolved,
+    timeout_response,
+    version_text,
+)
 from modelyard.backends.python.worker.spans import CURRENT
 
 if TYPE_CHECKING:
@@ -42,9 +51,6 @@ PARENTS: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
 )
 
 Reply = BlsResponse | ControlResult
-# Waiting for a BLS reply is bounded even when the request sets no timeout: the server's
-# deadlock detection answers cycles at once, so this only guards against a lost server.
-DEFAULT_WAIT_S = 3600.0
 
 
 class BlsClient:
@@ -88,13 +94,12 @@ class BlsClient:
         if params is None:
             text = request.parameters()
             params = json.loads(text) if text else {}
-        version = request.model_version()
         stub = self.rt.stub
         return Bls(
             call_id,
             decoupled,
             request.model_name(),
-            "" if version is None or int(version) < 0 else str(version),
+            version_text(request.model_version()),
             request.request_id(),
             request.correlation_id(),
             request.flags(),
@@ -114,20 +119,12 @@ class BlsClient:
             return pb.InferenceResponse._from_server([], flag_only=True)
         if response.error is not None:
             message, code = response.error
-            return pb.InferenceResponse._from_server([], pb.TritonError._from_server(message, code))
+            return error_response(pb, message, code)
         tensors = []
         for packed in response.tensors:
             name, _, arr = tensor_pool.unpack(packed, self.rt.stub.mapper)
             tensors.append(pb.Tensor._from_server(name, arr))
         return pb.InferenceResponse._from_server(tensors, None, response.parameters or None)
-
-    def _send(self, call_id: int, request: Any, decoupled: bool) -> None:
-        self.rt.stub.send(self._request(call_id, request, decoupled))
-
-    @staticmethod
-    def _wait_s(request: Any) -> float:
-        t = int(request.timeout() or 0)
-        return t / 1e6 + 5.0 if t > 0 else DEFAULT_WAIT_S
 
     def _next_reply(self, replies: queue.SimpleQueue[Reply], wait_s: float) -> Reply:
         """The next reply for a blocked caller, reading the channel while no other thread
@@ -143,11 +140,6 @@ class BlsClient:
         leave the worker's channel in disorder. It gets this error at once instead."""
         pid = os.getpid()
         return "" if pid == self._pid else forked_bls_text(pid, self._pid)
-
-    def _forked_response(self, text: str) -> Any:
-        pb = self.rt.pb
-        error = pb.TritonError(text, pb.TritonError.UNSUPPORTED)
-        return pb.InferenceResponse(output_tensors=[], error=error)
 
     def control(
         self, op: str, request: LoadModel | UnloadModel | QueryModelReady
@@ -174,32 +166,24 @@ class BlsClient:
     def exec(self, request: Any, decoupled: bool) -> Any:
         forked = self._forked()
         if forked:
-            response = self._forked_response(forked)
-            return iter([response]) if decoupled else response
+            return forked_response(self.rt.pb, forked, decoupled)
         replies: queue.SimpleQueue[Reply] = queue.SimpleQueue()
         call_id = self._register(replies.put)
         try:
-            self._send(call_id, request, decoupled)
+            self.rt.stub.send(self._request(call_id, request, decoupled))
         except BaseException:
             self._unregister(call_id)
             raise
-        wait_s = self._wait_s(request)
+        wait_s = reply_wait_s(int(request.timeout() or 0))
         if not decoupled:
             try:
                 msg = self._next_reply(replies, wait_s)
             except queue.Empty:
-                return self._timeout_response()
+                return timeout_response(self.rt.pb)
             finally:
                 self._unregister(call_id)
             return self._response(_bls_response(msg).response)
         return BlsStream(self, call_id, replies, wait_s)
-
-    def _timeout_response(self) -> Any:
-        pb = self.rt.pb
-        return pb.InferenceResponse(
-            output_tensors=[],
-            error=pb.TritonError("BLS request timed out waiting for a response", 4),
-        )
 
     # -- async_exec -------------------------------------------------------------------------
 
@@ -208,8 +192,7 @@ class BlsClient:
         has already arrived, as Triton gives it."""
         forked = self._forked()
         if forked:
-            response = self._forked_response(forked)
-            return _ready(iter([response]) if decoupled else response)
+            return resolved(forked_response(self.rt.pb, forked, decoupled))
         loop = asyncio.get_running_loop()
         first: asyncio.Future[Reply] = loop.create_future()
         rest: queue.SimpleQueue[Reply] = queue.SimpleQueue()
@@ -226,12 +209,14 @@ class BlsClient:
         baton = self.rt.stub.baton
         baton.urgent(1)  # the loop cannot read for itself: the reader thread must
         try:
-            self._send(call_id, request, decoupled)
+            self.rt.stub.send(self._request(call_id, request, decoupled))
         except BaseException:
             self._unregister(call_id)
             baton.urgent(-1)
             raise
-        return self._await_first(call_id, first, rest, decoupled, self._wait_s(request))
+        return self._await_first(
+            call_id, first, rest, decoupled, reply_wait_s(int(request.timeout() or 0))
+        )
 
     async def _await_first(
         self,
@@ -245,7 +230,7 @@ class BlsClient:
             msg = await asyncio.wait_for(first, wait_s)
         except asyncio.TimeoutError:
             self._unregister(call_id)
-            timeout = self._timeout_response()
+            timeout = timeout_response(self.rt.pb)
             return iter([timeout]) if decoupled else timeout
         finally:
             self.rt.stub.baton.urgent(-1)
@@ -289,7 +274,7 @@ class BlsStream:
                 msg = self._client._next_reply(self._replies, self._wait_s)
             except queue.Empty:
                 self._end()
-                return self._client._timeout_response()
+                return timeout_response(self._client.rt.pb)
         reply = _bls_response(msg)
         if reply.final:
             self._end()
@@ -306,10 +291,6 @@ class BlsStream:
     def __del__(self) -> None:
         if not self._ended:  # dropped before its end: stop routing its replies here
             self._client._unregister(self._call_id)
-
-
-async def _ready(value: Any) -> Any:
-    return value
 
 
 def _resolve(fut: asyncio.Future[Reply], msg: Reply) -> None:
