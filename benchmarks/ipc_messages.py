@@ -116,7 +116,7 @@ def old_worker_dispatch(msg: tuple[Any, ...]) -> None:
     elif kind == "is-ready":
         SINK.take(msg[1])
     elif kind in ("bls_response", "control_result", "cancel"):
-        SINK.take(msg[1], msg[2], msg[3])  # BlsClient.deliver, BlsStream.__next__
+        SINK.take(msg[1], msg[2], msg[3])  # BlsClient.deliver, _StreamedCall.next
     else:
         kind, call_id, payload = msg
         SINK.take(call_id)

@@ -13,6 +13,7 @@ the model's folders are on ``sys.path``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from modelyard.backends.python.protocol import release_flags
@@ -186,6 +187,36 @@ def forked_response(pb: Any, text: str, decoupled: bool) -> Any:
     """What ``exec()`` returns in a process the model forked (``text``: forked_bls_text)."""
     response = error_response(pb, text, ErrorCode.UNSUPPORTED)
     return iter([response]) if decoupled else response
+
+
+class ResponseStream:
+    """The responses of a decoupled BLS call (``exec``/``async_exec`` with
+    ``decoupled=True``), ending with the final one. ``reply()`` gives the next response and
+    whether it is the final one, waiting within the call's bound (a timeout error is final);
+    ``cancel()`` asks for the call to be cancelled (Triton 25.04: the callee sees
+    ``is_cancelled()``, and the stream still ends with its final response; a call still queued
+    ends with a CANCELLED error). Both come from the side's transport."""
+
+    __slots__ = ("_cancel", "_ended", "_reply")
+
+    def __init__(self, reply: Callable[[], tuple[Any, bool]], cancel: Callable[[], None]):
+        self._reply = reply
+        self._cancel = cancel
+        self._ended = False
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        response, final = self._reply()
+        self._ended = final
+        return response
+
+    def cancel(self) -> None:
+        if not self._ended:
+            self._cancel()
 
 
 async def resolved(value: Any) -> Any:

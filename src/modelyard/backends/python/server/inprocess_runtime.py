@@ -16,12 +16,13 @@ import os
 import queue as queue_mod
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import triton_python_backend_utils as pb
 from modelyard.backends.python.protocol.error_text import control_error_text, forked_bls_text
 from modelyard.backends.python.protocol.model_calls import (
+    ResponseStream,
     check_bls,
     error_response,
     forked_response,
@@ -209,7 +210,7 @@ class InProcessRuntime:
         def cancel() -> None:
             self.loop.call_soon_threadsafe(lambda: cancels[0]())
 
-        return Stream(replies, cancel, lambda: self._reply(replies, core_request))
+        return ResponseStream(lambda: self._reply(replies, core_request), cancel)
 
     def async_exec(self, request: Any, decoupled: bool) -> Any:
         self._check_bls()
@@ -264,7 +265,7 @@ class InProcessRuntime:
         if not decoupled:
             response, _final = replies.get()
             return response
-        return Stream(replies, cancel)
+        return ResponseStream(replies.get, cancel)
 
     # the rest of pb_utils.Runtime ---------------------------------------------------------
 
@@ -395,33 +396,3 @@ def first_traced(batch: list[RequestContext]) -> RequestTrace | None:
             trace: RequestTrace = ctx.trace
             return trace
     return None
-
-
-class Stream:
-    """The responses of a decoupled BLS call; ``cancel()`` cancels the call (Triton 25.04:
-    the callee sees ``is_cancelled()``; the stream still ends with its final response)."""
-
-    def __init__(
-        self,
-        replies: Any,
-        cancel: Callable[[], None],
-        reply: Callable[[], tuple[Any, bool]] | None = None,
-    ) -> None:
-        self._replies = replies
-        self._cancel = cancel
-        self._reply = reply or replies.get  # the next reply (bounded for a blocked caller)
-        self._ended = False
-
-    def __iter__(self) -> Iterator[Any]:
-        return self
-
-    def __next__(self) -> Any:
-        if self._ended:
-            raise StopIteration
-        resp, final = self._reply()
-        self._ended = final
-        return resp
-
-    def cancel(self) -> None:
-        if not self._ended:
-            self._cancel()

@@ -15,7 +15,7 @@ import json
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from modelyard.backends.python.protocol import tensor_pool
@@ -32,6 +32,7 @@ from modelyard.backends.python.protocol.messages import (
 )
 from modelyard.backends.python.protocol.model_calls import (
     DEFAULT_WAIT_S,
+    ResponseStream,
     error_response,
     forked_response,
     reply_wait_s,
@@ -183,7 +184,8 @@ class BlsClient:
             finally:
                 self._unregister(call_id)
             return self._response(_bls_response(msg).response)
-        return BlsStream(self, call_id, replies, wait_s)
+        call = _StreamedCall(self, call_id, replies, wait_s)
+        return ResponseStream(call.next, call.cancel)
 
     # -- async_exec -------------------------------------------------------------------------
 
@@ -237,14 +239,14 @@ class BlsClient:
         if not decoupled:
             self._unregister(call_id)
             return self._response(_bls_response(msg).response)
-        return BlsStream(self, call_id, rest, wait_s, first=msg)
+        call = _StreamedCall(self, call_id, rest, wait_s, first=msg)
+        return ResponseStream(call.next, call.cancel)
 
 
-class BlsStream:
-    """The responses of a decoupled BLS call, as they arrive (``exec``/``async_exec`` with
-    ``decoupled=True``); ``cancel()`` asks the server to cancel the call (Triton 25.04):
-    the callee sees ``is_cancelled()``, and the stream still ends with the callee's final
-    response (a call still queued ends with a CANCELLED error)."""
+class _StreamedCall:
+    """A decoupled call's replies as they arrive, for its ``ResponseStream``
+    (model_calls.py): ``next`` reads them, ``cancel`` asks the server to cancel the call.
+    The stream holds it through those bound methods: dropping the stream drops the call."""
 
     def __init__(
         self,
@@ -261,12 +263,7 @@ class BlsStream:
         self._first = first
         self._ended = False
 
-    def __iter__(self) -> Iterator[Any]:
-        return self
-
-    def __next__(self) -> Any:
-        if self._ended:
-            raise StopIteration
+    def next(self) -> tuple[Any, bool]:
         msg = self._first
         self._first = None
         if msg is None:
@@ -274,22 +271,21 @@ class BlsStream:
                 msg = self._client._next_reply(self._replies, self._wait_s)
             except queue.Empty:
                 self._end()
-                return timeout_response(self._client.rt.pb)
+                return timeout_response(self._client.rt.pb), True
         reply = _bls_response(msg)
         if reply.final:
             self._end()
-        return self._client._response(reply.response)
+        return self._client._response(reply.response), reply.final
 
     def cancel(self) -> None:
-        if not self._ended:
-            self._client.rt.stub.send(BlsCancel(self._call_id))
+        self._client.rt.stub.send(BlsCancel(self._call_id))
 
     def _end(self) -> None:
         self._ended = True
         self._client._unregister(self._call_id)
 
     def __del__(self) -> None:
-        if not self._ended:  # dropped before its end: stop routing its replies here
+        if not self._ended:  # its stream was dropped before its end: stop routing its replies
             self._client._unregister(self._call_id)
 
 
