@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,6 +206,12 @@ def test_examples_with_the_default_flags() -> None:
             assert run.returncode == 0, run.stdout + run.stderr
             assert "WRONG" not in run.stdout
         the_other_example_models(client)
+        # The dashboard, as on a single server: every model, and the requests just served.
+        with urllib.request.urlopen(f"http://{proc.http_url}/dashboard/api/models",
+                                    timeout=TIMEOUT_S) as reply:  # fmt: skip
+            rows = {m["name"]: m for m in json.load(reply)["models"]}
+        assert sorted(rows) == examples and all(r["state"] == "READY" for r in rows.values())
+        assert rows["add_sub"]["live"]["success"] > 0
         assert server.stop() == 0, proc.output()
         assert server.left_behind() == []
     finally:

@@ -165,6 +165,7 @@ class Frontend:
                     spec.http[1],
                     fe.http_limits,
                     fe.http_restrictions,
+                    dashboard=fe.dashboard,
                     tls=fe.http_tls,
                     forward=fe.http_forward,
                     reuse_port=fe.reuse_http_port,
