@@ -13,10 +13,12 @@ the model's folders are on ``sys.path``.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from modelyard.backends.python.protocol import release_flags
+from modelyard.backends.python.protocol.error_text import forked_bls_text
 from modelyard.errors import ErrorCode
 
 # Waiting for a BLS reply is bounded even when the request sets no timeout: the server's
@@ -161,6 +163,16 @@ def check_bls(pb: Any, phase: str) -> None:
     """As Triton's stub: BLS calls only once ``initialize`` has returned, before ``finalize``."""
     if phase != "ready":
         raise pb.TritonModelException("BLS is only supported during the 'execute' function.")
+
+
+def forked_text(owner: int) -> str:
+    """The error of a BLS or model-control call made in a process the model forked ("" in
+    ``owner``, the process whose threads serve the calls). A forked copy has the worker's
+    socket, inbox and pool names (or the server's memory) but none of their threads: its frames
+    would mix with the worker's and the worker's threads would read its replies, or no event
+    loop would ever run the call; it would wait forever, so it gets this error at once."""
+    pid = os.getpid()
+    return "" if pid == owner else forked_bls_text(pid, owner)
 
 
 def version_text(version: Any) -> str:

@@ -20,12 +20,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import triton_python_backend_utils as pb
-from modelyard.backends.python.protocol.error_text import control_error_text, forked_bls_text
+from modelyard.backends.python.protocol.error_text import control_error_text
 from modelyard.backends.python.protocol.model_calls import (
     ResponseStream,
     check_bls,
     error_response,
     forked_response,
+    forked_text,
     reply_wait_s,
     resolved,
     timeout_response,
@@ -159,13 +160,6 @@ class InProcessRuntime:
         if self.instance is not None:
             self.instance.calls_out = True
 
-    def _forked(self) -> str:
-        """The error text for a call made in a process the model forked ("" in the server).
-        Such a process has a copy of the server's memory but none of its threads: no event
-        loop would ever run the call, so it gets this error at once instead of waiting."""
-        pid = os.getpid()
-        return "" if pid == self._pid else forked_bls_text(pid, self._pid)
-
     @staticmethod
     def _reply(replies: Any, core_request: InferRequest) -> tuple[Any, bool]:
         """The next reply of a call, waiting within its bound; a timeout error after it."""
@@ -184,7 +178,7 @@ class InProcessRuntime:
     def exec(self, request: Any, decoupled: bool) -> Any:
         self._check_bls()
         self._calling()
-        forked = self._forked()
+        forked = forked_text(self._pid)
         if forked:
             return forked_response(pb, forked, decoupled)
         if on_loop(self.loop):
@@ -215,7 +209,7 @@ class InProcessRuntime:
     def async_exec(self, request: Any, decoupled: bool) -> Any:
         self._check_bls()
         self._calling()
-        forked = self._forked()
+        forked = forked_text(self._pid)
         if forked:
             return resolved(forked_response(pb, forked, decoupled))
         core_request = self._core_request(request)
@@ -279,7 +273,7 @@ class InProcessRuntime:
 
     def _control(self, op: str, coro: Any) -> Any:
         self._calling()
-        forked = self._forked()
+        forked = forked_text(self._pid)
         if forked:
             coro.close()
             instance = self.instance.name if self.instance is not None else ""
@@ -300,7 +294,7 @@ class InProcessRuntime:
         self._control("unload", self.host.unload_model(name, unload_dependents))
 
     def is_model_ready(self, name: str, version: str) -> bool:
-        forked = self._forked()
+        forked = forked_text(self._pid)
         if forked:
             instance = self.instance.name if self.instance is not None else ""
             raise pb.TritonModelException(control_error_text("ready", instance, forked))

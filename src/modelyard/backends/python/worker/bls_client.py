@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from modelyard.backends.python.protocol import tensor_pool
-from modelyard.backends.python.protocol.error_text import forked_bls_text
 from modelyard.backends.python.protocol.messages import (
     Bls,
     BlsCancel,
@@ -35,6 +34,7 @@ from modelyard.backends.python.protocol.model_calls import (
     ResponseStream,
     error_response,
     forked_response,
+    forked_text,
     reply_wait_s,
     resolved,
     timeout_response,
@@ -133,21 +133,12 @@ class BlsClient:
         self.rt.stub.baton.wait_for(lambda: not replies.empty(), wait_s)
         return replies.get_nowait()
 
-    def _forked(self) -> str:
-        """The error text for a call made in a process the model forked ("" in the worker
-        itself). Such a process shares the worker's socket, inbox and pool names but none of
-        its threads: its frames would mix with the worker's, and the worker's threads would
-        read its replies (and drop them as unknown), so the call would wait forever and
-        leave the worker's channel in disorder. It gets this error at once instead."""
-        pid = os.getpid()
-        return "" if pid == self._pid else forked_bls_text(pid, self._pid)
-
     def control(
         self, op: str, request: LoadModel | UnloadModel | QueryModelReady
     ) -> tuple[str, bool]:
         """A model-control call (op: load/unload/ready); blocks for the server's answer:
         (error text, "" on success; whether the model is ready)."""
-        forked = self._forked()
+        forked = forked_text(self._pid)
         if forked:
             return forked, False
         replies: queue.SimpleQueue[Reply] = queue.SimpleQueue()
@@ -165,7 +156,7 @@ class BlsClient:
     # -- exec -----------------------------------------------------------------------------
 
     def exec(self, request: Any, decoupled: bool) -> Any:
-        forked = self._forked()
+        forked = forked_text(self._pid)
         if forked:
             return forked_response(self.rt.pb, forked, decoupled)
         replies: queue.SimpleQueue[Reply] = queue.SimpleQueue()
@@ -192,7 +183,7 @@ class BlsClient:
     def async_exec(self, request: Any, decoupled: bool) -> Any:
         """An awaitable: the response, or (decoupled) a blocking iterator whose first response
         has already arrived, as Triton gives it."""
-        forked = self._forked()
+        forked = forked_text(self._pid)
         if forked:
             return resolved(forked_response(self.rt.pb, forked, decoupled))
         loop = asyncio.get_running_loop()
