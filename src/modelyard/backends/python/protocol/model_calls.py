@@ -102,6 +102,11 @@ def output_names(config_json: str) -> list[str]:
 # -- execute ---------------------------------------------------------------------------------
 
 
+def no_execute_text(model_file: str) -> str:
+    """Triton's error for each request to a model whose class has no ``execute``."""
+    return f"Python model {model_file} does not implement `execute` method."
+
+
 def check_returned(
     pb: Any, decoupled: bool, instance: str, requests: list[Any], returned: Any
 ) -> list[Any] | None:

@@ -28,6 +28,7 @@ from modelyard.backends.python.protocol.model_calls import (
     check_returned,
     initialize_args,
     model_class,
+    no_execute_text,
     output_names,
     release_rescheduled,
 )
@@ -77,6 +78,7 @@ class InProcessInstance(Instance):
         self._outputs: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self.sync_execute = False
+        self._no_execute = ""  # Triton's error for every request when the model has no execute
         self.iterative = release_flags.is_iterative(spec.config_json)
         self._user_ready = UserReadiness(self.name, self._probe_is_ready)
         self._ready_thread: ThreadPoolExecutor | None = None  # runs a sync is_ready()
@@ -118,6 +120,8 @@ class InProcessInstance(Instance):
             self._leaf = not may_call_server(files)
             self.model = await self._in_thread(model_class(module, spec.model_file))
             self._has_is_ready = hasattr(self.model, "is_ready")
+            if not hasattr(self.model, "execute"):
+                self._no_execute = no_execute_text(spec.model_file)
             self.sync_execute = not asyncio.iscoroutinefunction(
                 getattr(self.model, "execute", None)
             )
@@ -272,12 +276,18 @@ class InProcessInstance(Instance):
             reschedule(batch[i])
 
     def _fail(self, batch: list[RequestContext], detail: str) -> None:
-        err = InternalError(batch_error(self.name, detail))
+        self._fail_with(batch, InternalError(batch_error(self.name, detail)))
+
+    @staticmethod
+    def _fail_with(batch: list[RequestContext], err: ModelyardError) -> None:
         for ctx in batch:
             r = ctx.request
             ctx.send(InferResponse(r.model_name, r.model_version, r.id, error=err))
 
     async def execute(self, batch: list[RequestContext]) -> None:
+        if self._no_execute:
+            self._fail_with(batch, InternalError(self._no_execute))
+            return
         requests = [self._request(ctx) for ctx in batch]
         rt = self.runtime
 
@@ -331,6 +341,9 @@ class InProcessInstance(Instance):
 
     def run_direct(self, batch: list[RequestContext]) -> None:
         """Run a sync execute on the calling thread (a direct BLS call; see InProcessRuntime)."""
+        if self._no_execute:
+            self._fail_with(batch, InternalError(self._no_execute))
+            return
         requests = [self._request(ctx, direct=True) for ctx in batch]
         outer: frozenset[str] = getattr(TLS, "chain", frozenset())
         outer_instance = getattr(TLS, "instance", "")

@@ -53,6 +53,7 @@ from modelyard.backends.python.protocol.model_calls import (
     auto_complete,
     initialize_args,
     model_class,
+    no_execute_text,
     release_rescheduled,
 )
 from modelyard.backends.python.worker.baton import ReadBaton
@@ -305,8 +306,7 @@ class Stub:
     def execute(self, call_id: int, items: list[RequestItem]) -> Executed:
         runtime, setup = self.runtime, self.setup
         if runtime is None or setup is None or not hasattr(self.model, "execute"):
-            file = setup.model_file if setup is not None else None
-            message = f"Python model {file} does not implement `execute` method."
+            message = no_execute_text(setup.model_file if setup is not None else "None")
             return Executed(call_id, None, (), (message, ErrorCode.INTERNAL))
         try:
             requests = [runtime.make_request(item) for item in items]
