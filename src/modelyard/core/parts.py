@@ -41,7 +41,15 @@ class Requests(Protocol):
     ) -> RequestContext: ...
 
 
-class Loads(Requests, Protocol):
+class Unloads(Protocol):
+    """Unloading a model (the repository API's, or a model's own through pb_utils)."""
+
+    async def unload_model(
+        self, name: str, unload_dependents: bool = False, from_model: bool = False
+    ) -> None: ...
+
+
+class Loads(Requests, Unloads, Protocol):
     """What loading a model (and an ensemble's steps, and polling) needs."""
 
     @property
@@ -66,12 +74,8 @@ class Loads(Requests, Protocol):
         from_model: bool = False,
     ) -> None: ...
 
-    async def unload_model(
-        self, name: str, unload_dependents: bool = False, from_model: bool = False
-    ) -> None: ...
 
-
-class Hosted(Requests, Protocol):
+class Hosted(Requests, Unloads, Protocol):
     """What the core's ``ModelHost`` (BLS, model control from models) needs."""
 
     @property
@@ -89,8 +93,4 @@ class Hosted(Requests, Protocol):
         config: str | None = None,
         files: dict[str, bytes] | None = None,
         from_model: bool = False,
-    ) -> None: ...
-
-    async def unload_model(
-        self, name: str, unload_dependents: bool = False, from_model: bool = False
     ) -> None: ...
