@@ -38,7 +38,7 @@ from tests.helpers import (
 )
 from tests.ray.conftest import MODELS, RayCluster, RayServer, serve_on_cluster
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(600)  # the module's server starts in the first test's setup
 
 LOADED = ["rx_add", "rx_count", "rx_gate", "rx_sync", "rx_async", "rx_seq", "rx_ver", "rx_victim"]
 BLS_MODELS = ["bls_driver", "bls_echo", "bls_fail", "bls_versioned"]
