@@ -48,8 +48,8 @@ def _scope(nodeid: str) -> str:
 
 
 def _weight(item: pytest.Item) -> int:
-    """Longest first, so that no long unit starts last: Ray, the docs' snippets, the
-    differential tests (they start the reference Triton too), then the rest."""
+    """Longest first, so that no long unit starts last: Ray, then the docs' snippets, then
+    the rest in collection order."""
     scope = _scope(item.nodeid)
     if scope == RAY_SCOPE:
         return 0
