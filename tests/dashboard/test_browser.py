@@ -27,7 +27,10 @@ from tests.helpers import WAIT_S, wait_until
 from tests.serverproc import ServerProcess
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
-from selenium.common.exceptions import WebDriverException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.select import Select  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
@@ -81,6 +84,14 @@ def _wait(driver: Any, predicate: Callable[[Any], Any], what: str) -> Any:
 
 
 def _cell(driver: Any, model: str, cls: str) -> str:
+    """The cell's text. The page rebuilds its table as numbers arrive: a cell found just before
+    a rebuild is looked up again in the new table (a bounded number of times)."""
+    for _ in range(4):
+        cells = driver.find_elements(By.CSS_SELECTOR, f'#models tr[data-model="{model}"] td.{cls}')
+        try:
+            return str(cells[0].text) if cells else ""
+        except StaleElementReferenceException:
+            continue
     cells = driver.find_elements(By.CSS_SELECTOR, f'#models tr[data-model="{model}"] td.{cls}')
     return str(cells[0].text) if cells else ""
 
