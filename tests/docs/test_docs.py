@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from modelyard.config.pbtxt import parse_config_text
+from tests.conftest import START_TIMEOUT_S as SERVER_START_TIMEOUT_S
 from tests.conftest import Serving
 from tests.docs.snippets import (
     LANGUAGES,
@@ -32,6 +33,7 @@ from tests.docs.snippets import (
     server_command,
     shorten_bench,
 )
+from tests.ray.conftest import START_TIMEOUT_S as RAY_START_TIMEOUT_S
 from tests.serverproc import ServerProcess, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +116,12 @@ class PageRun:
             self.server_stack.callback(srv.stop)
             srv.wait_for_log("for changes")  # edits from now on reload (dev.py's line)
         else:
-            srv = self.server_stack.enter_context(self.serving.server([], *args, env=self.env))
+            # A Ray page's server deploys replicas: on a loaded 2-core machine that takes
+            # minutes (the Ray tests' guard), not the single server's seconds.
+            timeout = RAY_START_TIMEOUT_S if "--ray" in args else SERVER_START_TIMEOUT_S
+            srv = self.server_stack.enter_context(
+                self.serving.server([], *args, env=self.env, timeout=timeout)
+            )
         self.server = srv
         assert srv.proc.poll() is None, f"{where}: the server exited\n{srv.output()}"
 

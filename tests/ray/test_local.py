@@ -308,15 +308,16 @@ def test_a_model_no_node_can_hold_fails_at_once(
 
 def test_a_model_without_room_fails_after_the_deploy_timeout(served: LocalServer) -> None:
     """rl_room fits an empty node, but rl_ok's and rl_slow's replicas hold part of its CPUs:
-    it waits for room, and its load fails after --ray-deploy-timeout-secs naming what it
-    needs and what the cluster has free."""
+    it waits for room, and its load fails after its deploy timeout (its config's
+    ray_deploy_timeout_secs, 8 s, in place of the server's --ray-deploy-timeout-secs) naming
+    what it needs and what the cluster has free."""
     ready(served)
     with pytest.raises(InferenceServerException) as e:
         client_of(served.process, DEPLOY_TIMEOUT_S + TIMEOUT_S).load_model("rl_room")
     message = str(e.value)
     assert (
-        f"model 'rl_room' did not start on the Ray cluster within {DEPLOY_TIMEOUT_S:g} s "
-        "(--ray-deploy-timeout-secs): 1 of its 1 replicas found no room: each needs "
+        "model 'rl_room' did not start on the Ray cluster within 8 s "
+        "(its parameter ray_deploy_timeout_secs): 1 of its 1 replicas found no room: each needs "
         "{CPU: 1.95}, and the Ray cluster has {CPU: 1.8} free of {CPU: 2}"
     ) in message
     index = {m["name"]: m for m in client_of(served.process).get_model_repository_index()}

@@ -88,12 +88,15 @@ def test_ray_parameters(tmp_path: Path) -> None:
         parameters { key: "ray_max_replicas" value: { string_value: "4" } }
         parameters { key: "ray_max_replicas_per_node" value: { string_value: "1" } }
         parameters { key: "ray_max_ongoing_requests" value: { string_value: "64" } }
+        parameters { key: "ray_deploy_timeout_secs" value: { string_value: "12.5" } }
         """,
     )
     assert p.resources == {"CPU": 0.5, "GPU": 0.25, "fast": 1.0}
     assert p.autoscaling == {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 2.0}
     assert p.max_replicas_per_node == 1
     assert p.max_ongoing_requests == 64
+    assert p.deploy_timeout == 12.5
+    assert plan(tmp_path / "d", 'name: "m"\nbackend: "python"\n').deploy_timeout is None
 
 
 @pytest.mark.parametrize(
@@ -104,6 +107,12 @@ def test_ray_parameters(tmp_path: Path) -> None:
         ("ray_resources", "[1]", "parameter 'ray_resources' must be a JSON object"),
         ("ray_resources", "{", "parameter 'ray_resources' is not JSON"),
         ("ray_max_replicas", "0", "parameter 'ray_max_replicas' must be an integer >= 1"),
+        (
+            "ray_deploy_timeout_secs",
+            "0",
+            "parameter 'ray_deploy_timeout_secs' must be a number > 0",
+        ),
+        ("ray_deploy_timeout_secs", "x", "'ray_deploy_timeout_secs' must be a number > 0, got 'x'"),
     ],
 )
 def test_bad_ray_parameters_name_the_model_and_parameter(

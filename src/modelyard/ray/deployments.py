@@ -237,7 +237,11 @@ class ServeDeployments:
         """Until every application runs; a failed start fails the load with Serve's words for
         it, a slow one (replicas the cluster has no room for, or still starting) with ours."""
         name = plan.name
-        deadline = time.monotonic() + self.spec.deploy_timeout
+        if plan.deploy_timeout is None:
+            timeout, source = self.spec.deploy_timeout, "--ray-deploy-timeout-secs"
+        else:
+            timeout, source = plan.deploy_timeout, "its parameter ray_deploy_timeout_secs"
+        deadline = time.monotonic() + timeout
         while True:
             status = await _STATUS.next()
             states = [status.applications.get(app) for app in apps]
@@ -251,8 +255,7 @@ class ServeDeployments:
             if time.monotonic() > deadline:
                 raise Unavailable(
                     f"model '{name}' did not start on the Ray cluster within "
-                    f"{self.spec.deploy_timeout:g} s (--ray-deploy-timeout-secs): "
-                    + await _not_started(plan, states)
+                    f"{timeout:g} s ({source}): " + await _not_started(plan, states)
                 )
 
 

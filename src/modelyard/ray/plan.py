@@ -15,6 +15,8 @@ named ``ray_*`` set what Ray needs to know:
 ``ray_max_replicas_per_node``   spread replicas over nodes
 ``ray_max_ongoing_requests``    requests one replica takes at once (default 1000: modelyard's own
                                 bounded queues do the queueing, so the dynamic batcher sees them)
+``ray_deploy_timeout_secs``     how long a load may take to start this model's replicas (default:
+                                ``--ray-deploy-timeout-secs``; a model that loads for minutes)
 =============================== ================================================================
 """
 
@@ -49,6 +51,7 @@ _KNOWN = frozenset(
         "ray_target_ongoing_requests",
         "ray_max_replicas_per_node",
         "ray_max_ongoing_requests",
+        "ray_deploy_timeout_secs",
     }
 )
 
@@ -70,6 +73,7 @@ class DeploymentPlan:
     replica_base: Any = None
     # What the model's config shows of the cluster: instance groups and version policy.
     shown: Any = None
+    deploy_timeout: float | None = None  # its ray_deploy_timeout_secs (None: the flag's)
 
     @property
     def resources(self) -> dict[str, float]:
@@ -134,6 +138,7 @@ def plan_deployment(
         max_replicas_per_node=per_node,
         replica_base=_one_instance(raw, cfg),
         shown=_shown(cfg),
+        deploy_timeout=_seconds(name, params, "ray_deploy_timeout_secs"),
     )
 
 
@@ -180,6 +185,20 @@ def _number(name: str, params: dict[str, str], key: str, default: float) -> floa
     if not math.isfinite(value) or value < 0:
         raise ConfigError(
             f"model '{name}': parameter '{key}' must be a number >= 0, got '{params[key]}'"
+        )
+    return value
+
+
+def _seconds(name: str, params: dict[str, str], key: str) -> float | None:
+    if key not in params:
+        return None
+    try:
+        value = float(params[key])
+    except ValueError:
+        value = 0.0
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(
+            f"model '{name}': parameter '{key}' must be a number > 0, got '{params[key]}'"
         )
     return value
 
