@@ -415,9 +415,10 @@ def table(one: dict[str, list[Any]], cross: dict[str, dict[str, list[Any]]]) -> 
         "| two-node cluster: p50 µs same node / other node (extra) | req/s same / other node |",
         "|---|---|---|---|---|---|---|",
     ]
-    for cand, rows in one.items():
+    for cand in [*one, *(c for c in cross if c not in one)]:
+        rows = one.get(cand, [])
         ok = [r for r in rows if "error" not in r]
-        if not ok:
+        if not ok and cand in one:
             err = rows[0].get("error", "no result") if rows else "no result"
             lines.append(f"| {LABELS[cand]} | — | failed: {err[:200]} | | | | |")
             continue
@@ -430,7 +431,7 @@ def table(one: dict[str, list[Any]], cross: dict[str, dict[str, list[Any]]]) -> 
                     med(cross[cand]["node_b"], p, "p50_us"),
                 )
                 if a is not None and b is not None:
-                    extra = f"{a:,.0f} / {b:,.0f} (+{b - a:,.0f})"
+                    extra = f"{a:,.0f} / {b:,.0f} ({b - a:+,.0f})"
                 ra, rb = (
                     med(cross[cand]["node_a"], p, "rate"),
                     med(cross[cand]["node_b"], p, "rate"),
