@@ -26,7 +26,7 @@ candidates (by small-payload p50) run on a two-node ``ray.cluster_utils.Cluster`
 machine, with the callee on the caller's node and on the other node: the difference is the
 cross-node extra (a second raylet and object store; no network).
 
-    python benchmarks/ray_primitives.py                 # 2 rounds, ~7 min on a quiet 2-core box
+    python benchmarks/ray_primitives.py                 # 2 rounds, ~7.5 min on a quiet 2-core box
     python benchmarks/ray_primitives.py --quick         # 1 round, ~2 min
     python benchmarks/ray_primitives.py --candidates actor,cgraph --rounds 1
 
@@ -444,7 +444,7 @@ def table(one: dict[str, list[Any]], cross: dict[str, dict[str, list[Any]]]) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2, help="fresh Ray instances per candidate")
-    ap.add_argument("--calls", type=int, default=600, help="sequential calls per payload")
+    ap.add_argument("--calls", type=int, default=400, help="sequential calls per payload")
     ap.add_argument("--seconds", type=float, default=2.5, help="length of each 16-in-flight load")
     ap.add_argument("--quick", action="store_true", help="1 round, 200 calls, 1.5 s loads")
     ap.add_argument("--candidates", default=",".join(CANDIDATES), help="comma-separated")
