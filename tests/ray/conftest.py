@@ -43,6 +43,7 @@ class RayCluster:
     cluster: Any = None
     tmp: str = ""
     raylets: dict[str, str] = field(default_factory=dict)  # node resource -> raylet pid
+    node_ids: dict[str, str] = field(default_factory=dict)  # Ray node id -> node resource
 
     @property
     def address(self) -> str:
@@ -67,6 +68,7 @@ class RayCluster:
         second = cluster.add_node(**common, resources={"node_b": 100})
         for node, name in ((cluster.head_node, "node_a"), (second, "node_b")):
             self.raylets[name] = str(node.all_processes["raylet"][0].process.pid)  # type: ignore[union-attr]
+            self.node_ids[node.node_id] = name  # type: ignore[union-attr]
 
     def stop(self) -> None:
         if self.cluster is not None:

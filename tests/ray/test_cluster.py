@@ -40,7 +40,10 @@ from tests.ray.conftest import MODELS, RayCluster, RayServer, serve_on_cluster
 
 pytestmark = pytest.mark.timeout(600)  # the module's server starts in the first test's setup
 
-LOADED = ["rx_add", "rx_count", "rx_gate", "rx_sync", "rx_async", "rx_seq", "rx_ver", "rx_victim"]
+LOADED = [
+    *("rx_add", "rx_count", "rx_gate", "rx_sync", "rx_async", "rx_seq", "rx_ver", "rx_victim"),
+    "rx_near",
+]
 BLS_MODELS = ["bls_driver", "bls_echo", "bls_fail", "bls_versioned"]
 TIMEOUT_S = 60.0  # every client call is bounded by this
 
@@ -138,6 +141,37 @@ def test_client_inputs_may_be_written_in_place(ray_cluster: RayCluster, served: 
     np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(res.as_numpy("OUTPUT1"), a - b)
     assert node_of(ray_cluster, res.as_numpy("NODE")) == "node_b"
+
+
+def test_calls_go_to_the_replica_on_their_own_node(
+    ray_cluster: RayCluster, served: RayServer
+) -> None:
+    """rx_near runs a replica on each node: each frontend's requests, and rx_async's BLS calls
+    from node_a, stay on their own node (spread over both, ten calls in a row would land on
+    one node by chance once in 500)."""
+    x = np.zeros(1, dtype=np.float32)
+    for node_id, urls in served.frontends.items():
+        client = http(urls["http"])
+        ran = {
+            node_of(
+                ray_cluster, client.infer("rx_near", [http_input("INPUT0", x)]).as_numpy("NODE")
+            )
+            for _ in range(10)
+        }
+        assert ran == {ray_cluster.node_ids[node_id]}
+    report = ask(served.urls("http")[1], {"mode": "near", "n": 10})
+    assert [ray_cluster.node_of(n) for n in report["nodes"]] == ["node_a"]
+
+
+def test_a_small_request_may_have_a_large_response(served: RayServer) -> None:
+    """A small request travels inside Serve's gRPC message, and so does its response: 16 MiB
+    of it (over gRPC's default 4 MiB limit) arrives whole."""
+    x = np.arange(4, dtype=np.float32)
+    size = 4 << 20
+    res = http(served.urls("http")[0]).infer(
+        "rx_near", [http_input("INPUT0", x)], parameters={"size": size}
+    )
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), np.resize(x, size))
 
 
 # -- async fan-out, decoupled, cancellation, timeouts --------------------------------------

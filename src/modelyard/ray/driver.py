@@ -148,10 +148,17 @@ def log_config(config: ServerConfig) -> logs.LogConfig:
 
 def actor_env() -> dict[str, str]:
     """The environment the cluster's processes get from this one: gRPC's settings (see
-    cli/main.py) and modelyard's own. Not GRPC_EXPERIMENTS: Ray's own gRPC, in every Ray
-    process, does not know the experiments grpcio names there and complains on every start."""
+    cli/main.py), modelyard's own and Serve's gRPC message limit. Not GRPC_EXPERIMENTS: Ray's
+    own gRPC, in every Ray process, does not know the experiments grpcio names there and
+    complains on every start."""
     os.environ.pop("GRPC_EXPERIMENTS", None)  # (before Ray starts processes from this one)
-    return {k: v for k, v in os.environ.items() if k.startswith(("GRPC_", "MODELYARD_"))}
+    env = {k: v for k, v in os.environ.items() if k.startswith(("GRPC_", "MODELYARD_"))}
+    # Small requests go by Serve's gRPC transport (ray/remote.py), and their responses come
+    # back the same way: lift gRPC's 4 MiB default to a response as large as gRPC carries.
+    env["RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH"] = os.environ.get(
+        "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH", str(2**31 - 1)
+    )
+    return env
 
 
 def run(config: ServerConfig) -> int:

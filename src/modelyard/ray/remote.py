@@ -1,12 +1,14 @@
 """The scheduler of a remote model version: each request goes to the version's Serve
 deployment through a handle (``infer`` for one response, ``infer_stream`` for a decoupled
-model's stream), wherever its replicas run.
+model's stream), to a replica on this node when one runs here, else wherever they run.
 
 The caller's core has already validated the request (with the model's own messages); the
-replica validates again and runs it with its own scheduler. Tensors travel as numpy arrays:
-Ray puts those of 100 KiB or more in its object store, and the receiver gets a read-only view
-of them. A cancelled request cancels the Ray call (the replica's request sees
-``is_cancelled()``); Ray's failures become error responses with Triton's codes.
+replica validates again and runs it with its own scheduler. A request whose inputs are all
+under 100 KiB travels inside Serve's gRPC message (``_by_reference=False``: about half the
+cost of a call through Ray's task path, benchmarks/RESULTS.md); one with a larger input goes
+by reference: Ray puts its arrays in the object store, and the receiver gets a read-only view
+of them, with no copy on either side. A cancelled request cancels the Ray call (the replica's
+request sees ``is_cancelled()``); Ray's failures become error responses with Triton's codes.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class RemoteScheduler:
         self.decoupled = decoupled
         self._handle: Any = None
         self._stream: Any = None
+        self._grpc: Any = None
+        self._grpc_stream: Any = None
         self._calls: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -48,18 +52,26 @@ class RemoteScheduler:
         return 0  # requests queue in the replicas (their schedulers count them)
 
     def handle(self, ctx: RequestContext | None = None) -> Any:
-        """The deployment's handle (streaming for a decoupled model's requests); for a
-        sequence model's request, one that routes by its correlation id."""
+        """The deployment's handle (streaming for a decoupled model's requests; Serve's gRPC
+        transport unless an input is large); for a sequence model's request, one that routes
+        by its correlation id."""
         if self._handle is None:
             # No existence check: it would block the loop on Serve's controller; the table
             # only lists running applications.
+            # Same node first: a replica here serves the call without crossing nodes (Serve's
+            # locality-aware routing; any replica when none here has room).
             self._handle = serve.get_deployment_handle(
                 DEPLOYMENT, app_name=self.record.app, _check_exists=False
-            )
+            ).options(_prefer_local_routing=True)
+            self._grpc = self._handle.options(_by_reference=False)
             self._stream = self._handle.options(stream=True)
+            self._grpc_stream = self._grpc.options(stream=True)
         if ctx is None:
             return self._handle
-        handle = self._stream if self.decoupled else self._handle
+        if _large(ctx.request):  # through the object store: no copy into a message
+            handle = self._stream if self.decoupled else self._handle
+        else:  # in the message, by Serve's gRPC transport: half the handle's cost
+            handle = self._grpc_stream if self.decoupled else self._grpc
         if self.record.sticky and ctx.request.correlation_id:
             # Every router hashes the same key over the same replicas: one sequence, one replica.
             handle = handle.options(session_id=str(ctx.request.correlation_id))
@@ -135,6 +147,19 @@ class RemoteScheduler:
 
 def _cancelled() -> Cancelled:
     return Cancelled("Request was cancelled")
+
+
+# Ray's own line between a value passed inline and one put in the object store
+# (max_direct_call_object_size): a request with an input this large goes by reference.
+LARGE_INPUT = 100 * 1024
+
+
+def _large(request: InferRequest) -> bool:
+    for t in request.inputs:
+        size = t.data.nbytes if t.data is not None else len(t.raw) if t.raw is not None else 0
+        if size >= LARGE_INPUT:
+            return True
+    return False
 
 
 def _wire(request: InferRequest) -> InferRequest:

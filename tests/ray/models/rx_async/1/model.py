@@ -10,6 +10,7 @@
 - version: calls to rx_ver versions 1, 2 and the latest
 - load: pb_utils.load_model("rx_lazy"), then a call to it
 - sticky: three sequences of three requests each to rx_seq (two replicas)
+- near: n calls, one after another, to rx_near (a replica on each node); the nodes that ran them
 """
 
 import asyncio
@@ -178,8 +179,21 @@ async def sticky(args):
     return out
 
 
+async def near(args):
+    nodes = []
+    for i in range(int(args["n"])):
+        r = await pb_utils.InferenceRequest(
+            model_name="rx_near", inputs=[tensor("INPUT0", [i])], requested_output_names=["NODE"]
+        ).async_exec()
+        if r.has_error():
+            return error(r)
+        nodes.append(text(r, "NODE"))
+    return {"nodes": sorted(set(nodes))}
+
+
 MODES = {
-    f.__name__: f for f in (fanout, stream, hold, cancel, timeout, unknown, version, load, sticky)
+    f.__name__: f
+    for f in (fanout, stream, hold, cancel, timeout, unknown, version, load, sticky, near)
 }
 
 
