@@ -176,7 +176,7 @@ def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[by
 
 def wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
     t0 = time.perf_counter()
-    while _get(port, "/v2/models/bls_sync/ready")[0] != 200:
+    while _get(port, "/v2/health/ready")[0] != 200:  # (every model: add_sub may load last)
         if proc.poll() is not None or time.perf_counter() - t0 > START_S:
             raise RuntimeError(f"server did not come up; its log: {log}")
         time.sleep(0.1)
