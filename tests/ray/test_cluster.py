@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import signal
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -360,6 +361,21 @@ def test_statistics_and_metrics_add_up_every_replica(served: RayServer) -> None:
     metrics = read_metrics(served.urls("metrics")[0])
     success = metric_value(metrics, "nv_inference_request_success", model="rx_seq", version="1")
     assert success is not None and success >= 8
+
+
+def test_the_dashboard_shows_each_replica_and_its_node(
+    ray_cluster: RayCluster, served: RayServer
+) -> None:
+    """Every frontend's dashboard lists each loaded version's replicas: the node each runs on
+    (rx_near one per node, rx_add pinned to node_b) and its process."""
+    for url in served.urls("http"):
+        with urllib.request.urlopen(f"http://{url}/dashboard/api/models", timeout=TIMEOUT_S) as r:
+            rows = {(m["name"], m.get("version")): m for m in json.load(r)["models"]}
+        near = rows[("rx_near", "1")]["replicas"]
+        assert sorted(ray_cluster.node_ids[r["node"]] for r in near) == ["node_a", "node_b"]
+        assert len({r["pid"] for r in near}) == 2 and all(r["ip"] for r in near)
+        add = rows[("rx_add", "1")]["replicas"]
+        assert [ray_cluster.node_ids[r["node"]] for r in add] == ["node_b"]
 
 
 # -- model control --------------------------------------------------------------------------

@@ -414,6 +414,11 @@ class InferenceServer:
             return {"model_stats": [entry.versions[v].stats.as_dict()]}
         return {"model_stats": [mv.stats.as_dict() for _, mv in sorted(entry.versions.items())]}
 
+    async def replicas(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        """Where each loaded version's replicas run, by (name, version); empty here: one
+        server runs every version itself (a Ray frontend's core answers for its cluster)."""
+        return {}
+
     def live_statistics(self) -> list[dict[str, Any]]:
         """Per loaded version, the last minute second by second (``serving/live.py``) and
         its counts since it loaded (``since_load``): what the dashboard shows."""

@@ -25,18 +25,23 @@ TRACING_HELP = (
 )
 
 
-def models(core: InferenceServer) -> dict[str, Any]:
+async def models(core: InferenceServer) -> dict[str, Any]:
     """Every model of the repository index (versions, state, reason) as the server knows it
     (no rescan of the repositories: the page polls), each loaded version with its live
-    statistics (``serving/live.py``) under ``live``."""
+    statistics (``serving/live.py``) under ``live`` and, on a Ray cluster, where its replicas
+    run under ``replicas``."""
     index = repository_index(core.registry, False)
     live = {(s["name"], s["version"]): s for s in core.live_statistics()}
+    where = await core.replicas()
     rows = []
     for item in index:
         row = dict(item)
-        stats = live.pop((item["name"], item.get("version", "")), None)
+        key = (item["name"], item.get("version", ""))
+        stats = live.pop(key, None)
         if stats is not None:
             row["live"] = {k: v for k, v in stats.items() if k not in ("name", "version")}
+        if key in where:
+            row["replicas"] = where[key]
         rows.append(row)
     for (name, version), stats in sorted(live.items()):  # loaded, gone from the index
         rows.append({"name": name, "version": version, "state": "READY", "live": stats})

@@ -8,6 +8,7 @@ what every replica counted.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from dataclasses import dataclass, replace
@@ -91,6 +92,11 @@ class FrontendCore(InferenceServer):
             for _, e in sorted(self.registry.entries.items())
             for _, mv in sorted(e.versions.items())
         ]
+
+    async def replicas(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        versions = self.deployed()
+        found = await asyncio.gather(*map(stats.version_replicas, versions))
+        return {(mv.name, str(mv.version)): r for mv, r in zip(versions, found, strict=True)}
 
     async def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
         if not name:

@@ -4,7 +4,8 @@ every other model of the cluster, so that the model's BLS calls reach their targ
 deployments. The core's host is :class:`RayHost`: the backends are unchanged.
 
 Serve calls ``infer`` (one response) or ``infer_stream`` (a decoupled model's responses, as
-they come); ``stats`` and ``metrics`` are broadcast to every replica by the frontends.
+they come); ``stats``, ``metrics`` and ``where`` are broadcast to every replica by the
+frontends.
 A model that fails to load does not fail the replica (Serve would retry it for minutes): the
 replica reports the error through ``describe`` and the controller deletes the deployment.
 """
@@ -13,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import ray
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from modelyard import logs
@@ -196,6 +199,17 @@ class ModelReplica:
         if mv is None:
             return ModelStats(self.spec.name, str(self.spec.version)), 0
         return mv.stats, mv.scheduler.pending
+
+    async def where(self) -> dict[str, Any]:
+        """Where this replica runs (the dashboard's view of the cluster): its Ray node (id and
+        address), its process, its queued requests."""
+        pending = self.version.scheduler.pending if self.version is not None else 0
+        return {
+            "node": ray.get_runtime_context().get_node_id(),
+            "ip": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+            "pid": os.getpid(),
+            "queued": pending,
+        }
 
     async def metrics(self) -> custom.Snapshot:
         """The custom metric families (pb_utils.MetricFamily) of this replica's model."""

@@ -1,5 +1,5 @@
-"""Statistics and metrics of a model across its replicas: a frontend broadcasts to every live
-replica of each deployment and adds their counters up. (A replica that died took its counters
+"""Statistics, metrics and whereabouts of a model's replicas: a frontend broadcasts to every
+live replica of each deployment and adds their counters up. (A replica that died took its counters
 with it: the sums count what the live replicas served.)"""
 
 from __future__ import annotations
@@ -66,6 +66,12 @@ async def version_stats(mv: ModelVersion) -> tuple[ModelStats, int]:
         add_stats(total, stats)
         pending += queued
     return total, pending
+
+
+async def version_replicas(mv: ModelVersion) -> list[dict[str, Any]]:
+    """Where each live replica of one version runs (its ``where``), by node then process."""
+    found: list[dict[str, Any]] = await _broadcast(mv, "where")
+    return sorted(found, key=lambda r: (r["node"], r["pid"]))
 
 
 async def gather_stats(versions: list[ModelVersion]) -> list[tuple[ModelStats, int]]:

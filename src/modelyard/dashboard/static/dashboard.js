@@ -100,6 +100,15 @@ function renderModels(doc) {
       el("td", { class: "spark" }, live ? sparkline(live.series.requests) : ""),
     );
     rows.push(row);
+    if (m.replicas) {  // on a Ray cluster: where this version's replicas run
+      const where = m.replicas
+        .map((r) => `node ${r.node.slice(0, 8)} (${r.ip}) pid ${r.pid}` + (r.queued ? `, ${r.queued} queued` : ""))
+        .join(" · ");
+      const count = `${m.replicas.length} replica${m.replicas.length === 1 ? "" : "s"}`;
+      const replicas = el("tr", { class: "replicas-row", "data-model": m.name });
+      replicas.append(el("td", {}), el("td", { class: "replicas", colspan: "11" }, `${count}: ${where}`));
+      rows.push(replicas);
+    }
     if (m.reason) {
       const reason = el("tr", { class: "reason-row", "data-model": m.name });
       reason.append(el("td", {}), el("td", { class: "reason", colspan: "11" }, m.reason));

@@ -83,13 +83,13 @@ class Dashboard:
             return self._redirect
         rest = rest[1:]
         if rest.startswith("api/"):
-            return self._api(request, rest[4:])
+            return await self._api(request, rest[4:])
         return self.files.get(rest, _NOT_FOUND)
 
-    def _api(self, request: Request, name: str) -> Response:
+    async def _api(self, request: Request, name: str) -> Response:
         core = self.core
         if name == "models":
-            value = data.models(core)
+            value = await data.models(core)
         elif name == "call_graph":
             value = data.call_graph(core)
         elif name == "traces":
