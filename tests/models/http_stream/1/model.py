@@ -26,9 +26,10 @@ class TritonPythonModel:
                 continue
             for i in range(count):
                 if request.is_cancelled():
-                    if marker:
-                        with open(marker, "w") as f:
+                    if marker:  # written whole, then renamed: a reader never sees it empty
+                        with open(marker + ".tmp", "w") as f:
                             f.write(f"cancelled after {i}\n")
+                        os.replace(marker + ".tmp", marker)
                     break
                 if delay:
                     time.sleep(delay)
