@@ -164,6 +164,32 @@ def test_calls_go_to_the_replica_on_their_own_node(
     assert [ray_cluster.node_of(n) for n in report["nodes"]] == ["node_a"]
 
 
+def test_calls_take_the_direct_path_once_they_know_it(
+    ray_cluster: RayCluster, served: RayServer
+) -> None:
+    """Once a caller has asked rx_near's replicas where they listen (its first calls take
+    Serve's handle meanwhile), its calls go over modelyard's own connections: each replica
+    counts requests taken that way, from its node's frontend and from a BLS caller."""
+    x = np.zeros(1, dtype=np.float32)
+
+    def direct_counts() -> dict[str, int]:
+        url = f"http://{served.urls('http')[0]}/dashboard/api/models"
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as r:
+            rows = {(m["name"], m.get("version")): m for m in json.load(r)["models"]}
+        return {
+            ray_cluster.node_ids[r["node"]]: r["direct"] for r in rows[("rx_near", "1")]["replicas"]
+        }
+
+    def both_direct() -> bool:
+        for urls in served.frontends.values():
+            http(urls["http"]).infer("rx_near", [http_input("INPUT0", x)])
+        ask(served.urls("http")[1], {"mode": "near", "n": 2})  # rx_async on node_a
+        counts = direct_counts()
+        return counts.get("node_a", 0) >= 6 and counts.get("node_b", 0) >= 3
+
+    wait_until(both_direct, timeout=TIMEOUT_S, what="rx_near's replicas served directly")
+
+
 def test_a_small_request_may_have_a_large_response(served: RayServer) -> None:
     """A small request travels inside Serve's gRPC message, and so does its response: 16 MiB
     of it (over gRPC's default 4 MiB limit) arrives whole."""

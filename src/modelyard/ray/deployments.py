@@ -178,7 +178,7 @@ class ServeDeployments:
             raise errors[0]
         versions = []
         for (v, app), (config, _) in zip(apps.items(), described, strict=True):
-            record = VersionRecord(name, v, app, config, plan.sticky)
+            record = VersionRecord(name, v, app, config, plan.sticky, plan.autoscaling is not None)
             versions.append(self._version(record))
         return versions
 

@@ -14,6 +14,7 @@ request sees ``is_cancelled()``); Ray's failures become error responses with Tri
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from typing import Any
@@ -23,6 +24,7 @@ from ray import serve
 from ray.serve import exceptions as serve_exceptions
 
 from modelyard.errors import Cancelled, InternalError, ModelyardError, Unavailable
+from modelyard.ray.direct import ASK_TIMEOUT_S, Routes
 from modelyard.ray.table import DEPLOYMENT, VersionRecord
 from modelyard.scheduling.base import refusal
 from modelyard.serving.context import RequestContext
@@ -42,10 +44,17 @@ class RemoteScheduler:
         self._grpc: Any = None
         self._grpc_stream: Any = None
         self._calls: set[asyncio.Task[None]] = set()
+        self._direct: dict[int, RequestContext] = {}  # requests under way on the direct path
+        self._ids = itertools.count()
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = False
         self._shutdown = False
+        # Serve must see a sequence model's requests (its sticky router) and an autoscaled
+        # model's (its autoscaler counts them): those always take the handle.
+        self._routes: Routes | None = None
+        if not (record.sticky or record.autoscaled):
+            self._routes = Routes(self._ask_endpoints, _this_node())
 
     @property
     def pending(self) -> int:
@@ -77,12 +86,22 @@ class RemoteScheduler:
             handle = handle.options(session_id=str(ctx.request.correlation_id))
         return handle
 
+    async def _ask_endpoints(self) -> list[Any]:
+        results: list[Any] = await (
+            self.handle()
+            .broadcast("endpoint")
+            .results_async(timeout_s=ASK_TIMEOUT_S, return_exceptions=True)
+        )
+        return results
+
     def submit(self, ctx: RequestContext) -> None:
         if self._closed and not (self._shutdown and ctx.nested):
             raise refusal(self.record.name, ctx, self._shutdown)
         now = time.monotonic_ns()
         ctx.t_queued = ctx.t_start = now  # from here on a cancel reaches the replica
         request = _wire(ctx.request)
+        if self._routes is not None and not _large(request) and self._send_direct(ctx, request):
+            return
         handle = self.handle(ctx)
         try:
             if self.decoupled:
@@ -99,9 +118,49 @@ class RemoteScheduler:
         if ctx.cancelled:  # cancelled before the call existed
             call.cancel()
 
+    def _send_direct(self, ctx: RequestContext, request: InferRequest) -> bool:
+        """Send ``request`` over a connection of ours to a replica (ray/direct.py); False
+        when none is open yet or the request cannot go that way (the handle takes it)."""
+        assert self._routes is not None
+        conn = self._routes.pick()
+        if conn is None:
+            return False
+        key = next(self._ids)
+
+        def finished() -> None:
+            if self._direct.pop(key, None) is not None and self._quiet():
+                self._idle.set()
+
+        def on_response(resp: InferResponse) -> None:
+            if resp.final:
+                finished()
+            ctx.send(resp)
+
+        try:
+            rid = conn.send(request, on_response)
+        except Exception as e:  # not picklable as it is: Ray's serializer may manage
+            log.debug("request to '%s' not sent directly: %s", self.record.name, e)
+            return False
+        self._direct[key] = ctx
+        self._idle.clear()
+
+        def cancel() -> None:  # as the handle's path: the replica is told, the caller answered
+            if conn.cancel(rid):
+                finished()
+                r = ctx.request
+                ctx.send(InferResponse(r.model_name, r.model_version, r.id, error=_cancelled()))
+
+        ctx.on_cancel = cancel
+        if ctx.cancelled:  # cancelled before it was sent
+            cancel()
+        return True
+
+    def _quiet(self) -> bool:
+        return not self._calls and not self._direct
+
     def _call_done(self, task: asyncio.Task[None]) -> None:
         self._calls.discard(task)
-        if not self._calls:
+        if self._quiet():
             self._idle.set()
 
     async def _relay(self, ctx: RequestContext, call: Any) -> None:
@@ -130,6 +189,8 @@ class RemoteScheduler:
     def close(self, shutdown: bool = False) -> None:
         if not self._closed:
             self._closed, self._shutdown = True, shutdown
+            if self._routes is not None:
+                self._routes.close()
 
     async def drain(self, timeout: float) -> bool:
         self.close()
@@ -143,6 +204,18 @@ class RemoteScheduler:
         self.close(shutdown=True)
         for task in list(self._calls):
             task.cancel()
+        for ctx in list(self._direct.values()):
+            ctx.cancel()
+
+
+_NODE: list[str] = []
+
+
+def _this_node() -> str:
+    """The Ray node this process runs on (asked once)."""
+    if not _NODE:
+        _NODE.append(ray.get_runtime_context().get_node_id())
+    return _NODE[0]
 
 
 def _cancelled() -> Cancelled:

@@ -4,8 +4,9 @@ every other model of the cluster, so that the model's BLS calls reach their targ
 deployments. The core's host is :class:`RayHost`: the backends are unchanged.
 
 Serve calls ``infer`` (one response) or ``infer_stream`` (a decoupled model's responses, as
-they come); ``stats``, ``metrics`` and ``where`` are broadcast to every replica by the
-frontends.
+they come); callers that know the replica's ``endpoint`` send requests straight to its port
+instead (``ray/direct.py``); ``stats``, ``metrics``, ``where`` and ``endpoint`` are
+broadcast to every replica.
 A model that fails to load does not fail the replica (Serve would retry it for minutes): the
 replica reports the error through ``describe`` and the controller deletes the deployment.
 """
@@ -31,6 +32,7 @@ from modelyard.core.options import ServerOptions
 from modelyard.core.placement import LocalPlacement
 from modelyard.errors import ModelyardError
 from modelyard.metrics import custom
+from modelyard.ray.direct import DirectServer
 from modelyard.ray.remote import RemoteScheduler
 from modelyard.ray.table import POLL_WAIT_S, Mirror, Table
 from modelyard.serving.stats import ModelStats
@@ -142,6 +144,11 @@ class ModelReplica:
             pass  # reported by describe()
         except Exception:
             log.exception("loading '%s' version %d failed", spec.name, spec.version)
+        self.node = ray.get_runtime_context().get_node_id()
+        self.ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        self.direct = DirectServer(core)
+        if self.version is not None:
+            await self.direct.start(self.ip)
         core.began_serving()
 
     async def describe(self) -> tuple[bytes, BaseException | None]:
@@ -202,14 +209,23 @@ class ModelReplica:
 
     async def where(self) -> dict[str, Any]:
         """Where this replica runs (the dashboard's view of the cluster): its Ray node (id and
-        address), its process, its queued requests."""
+        address), its process, its queued requests, those it took on the direct path."""
         pending = self.version.scheduler.pending if self.version is not None else 0
         return {
-            "node": ray.get_runtime_context().get_node_id(),
-            "ip": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+            "node": self.node,
+            "ip": self.ip,
             "pid": os.getpid(),
             "queued": pending,
+            "direct": self.direct.served,
         }
+
+    async def endpoint(self) -> dict[str, Any] | None:
+        """Where this replica takes requests directly (ray/direct.py): for callers only (the
+        token is not for the dashboard). None until it serves."""
+        if not self.direct.port:
+            return None
+        return {"node": self.node, "ip": self.ip, "port": self.direct.port,
+                "token": self.direct.token}  # fmt: skip
 
     async def metrics(self) -> custom.Snapshot:
         """The custom metric families (pb_utils.MetricFamily) of this replica's model."""
@@ -219,9 +235,12 @@ class ModelReplica:
         return await self.core.check_model_ready(self.spec.name, str(self.spec.version))
 
     async def __del__(self) -> None:
-        # Serve's graceful shutdown: in-flight requests have drained; finalize the model.
+        # Serve's graceful shutdown: in-flight requests have drained (those that came by the
+        # direct path drain in the core's stop); finalize the model.
+        self.direct.stop_listening()
         await self.mirror.stop()
         await self.core.stop()
+        await self.direct.close()
         inbox.remove_folder()  # (Serve kills the actor next: its atexit handlers never run)
 
 

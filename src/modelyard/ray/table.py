@@ -44,6 +44,7 @@ class VersionRecord:
     app: str  # the Serve application (one deployment, named DEPLOYMENT)
     config: bytes  # the normalized ModelConfig, serialized
     sticky: bool  # a sequence model: requests of one sequence go to one replica
+    autoscaled: bool = False  # Serve scales its replicas by the requests it sees
 
 
 # The table: generation (grows with every change) and the serving versions by model name.

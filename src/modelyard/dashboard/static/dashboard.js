@@ -102,7 +102,8 @@ function renderModels(doc) {
     rows.push(row);
     if (m.replicas) {  // on a Ray cluster: where this version's replicas run
       const where = m.replicas
-        .map((r) => `node ${r.node.slice(0, 8)} (${r.ip}) pid ${r.pid}` + (r.queued ? `, ${r.queued} queued` : ""))
+        .map((r) => `node ${r.node.slice(0, 8)} (${r.ip}) pid ${r.pid}` + (r.queued ? `, ${r.queued} queued` : "") +
+          (r.direct ? `, ${r.direct} direct` : ""))
         .join(" · ");
       const count = `${m.replicas.length} replica${m.replicas.length === 1 ? "" : "s"}`;
       const replicas = el("tr", { class: "replicas-row", "data-model": m.name });
