@@ -130,8 +130,15 @@ class InferenceServer:
         self._started = True
 
     async def stop(self) -> bool:
-        """Shut down within the exit timeout (core/shutdown.py); True for a clean drain."""
-        self._stopping = True  # not ready from now on; still live, as Triton
+        """Not ready at once (still live, as Triton), not live once shut down; True if clean."""
+        self._stopping = True
+        try:
+            return await self.shut_down()
+        finally:
+            self._live = False
+
+    async def shut_down(self) -> bool:
+        """What stopping does (core/shutdown.py); a core of another kind does its own."""
         if self.poller is not None:
             await self.poller.stop()
         versions = [mv for e in self.registry.entries.values() for mv in e.versions.values()]
@@ -139,12 +146,10 @@ class InferenceServer:
         clean, retired = await asyncio.gather(
             stop_all(versions, timeout), wait_retiring(self.control.retiring, timeout)
         )
-        clean = clean and retired
-        self._live = False
         self.control.loads.release_all()
         self.shared_memory.close()
         self.tracer.close()
-        return clean
+        return clean and retired
 
     # -- model control (core/model_control.py) ----------------------------------------------
 
@@ -415,8 +420,7 @@ class InferenceServer:
         return {"model_stats": [mv.stats.as_dict() for _, mv in sorted(entry.versions.items())]}
 
     async def replicas(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
-        """Where each loaded version's replicas run, by (name, version); empty here: one
-        server runs every version itself (a Ray frontend's core answers for its cluster)."""
+        """Where each version's replicas run: none here (a Ray frontend's core has them)."""
         return {}
 
     def live_statistics(self) -> list[dict[str, Any]]:

@@ -48,10 +48,8 @@ class FrontendCore(InferenceServer):
         self.began_serving()
         return []
 
-    async def stop(self) -> bool:
-        self._stopping = True
+    async def shut_down(self) -> bool:
         await self.mirror.stop()
-        self._live = False
         return True
 
     async def check_ready(self) -> bool:
