@@ -32,7 +32,7 @@ line are dropped; ``--openai-port`` becomes 0) and the blocks after it reach it 
 ``localhost:8000`` (HTTP), ``localhost:8001`` (gRPC), ``localhost:8002`` (metrics) and
 ``localhost:9000`` (the OpenAI frontend), or the same ports of ``127.0.0.1``, which are
 rewritten to the ports it bound. ``modelyard bench`` lines run shortened: ``--duration``, ``--warmup`` and ``--requests``
-are replaced by ``--duration 1 --warmup 0.3`` (a sequence model needs its warm-up).
+are replaced by ``--duration 0.5 --warmup 0.2`` (a sequence model needs its warm-up).
 
 Working folder: each page's blocks run in a fresh folder that holds a symbolic link to every
 top-level entry of the repository, so paths read as from the repository root
@@ -55,7 +55,7 @@ _URL = re.compile(r"(?:localhost|127\.0\.0\.1):(8000|8001|8002|9000)\b")
 _DROPPED_SERVE_FLAGS = {
     f"--{e}-{k}" for e in ("http", "grpc", "metrics") for k in ("port", "address")
 }
-BENCH_SHORT = ["--duration", "1", "--warmup", "0.3"]
+BENCH_SHORT = ["--duration", "0.5", "--warmup", "0.2"]
 _BENCH_DROPPED = {"--duration", "--warmup", "--requests"}
 
 

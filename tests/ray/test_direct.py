@@ -1,5 +1,5 @@
 """ray/direct.py's two sides without Ray: a replica's ``DirectServer`` over a real core with
-the example add_sub and repeat loaded (in-process), and callers' ``Connection``s over real
+the example add_sub and repeat and the test model http_stream loaded (in-process), and callers' ``Connection``s over real
 sockets: answers, a decoupled stream, cancellation, a wrong token, a replica that goes away."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ WAIT_S = 30.0
 
 @pytest.fixture
 async def replica(tmp_path: Path) -> AsyncIterator[tuple[DirectServer, Endpoint]]:
-    repo = make_repo(tmp_path / "repo", ["add_sub", "repeat"], EXAMPLES)
+    repo = make_repo(make_repo(tmp_path / "repo", ["add_sub", "repeat"], EXAMPLES), ["http_stream"])
     backend = {"python": {"execution-mode": "in-process"}}
     core = InferenceServer(
         ServerOptions(repositories=[str(repo)], load=LoadOptions(backend_settings=backend))
@@ -104,10 +104,11 @@ async def test_a_wrong_token_is_hung_up_on(replica: tuple[DirectServer, Endpoint
 
 
 async def test_a_replica_that_goes_away_ends_its_requests(
-    replica: tuple[DirectServer, Endpoint],
+    replica: tuple[DirectServer, Endpoint], tmp_path: Path
 ) -> None:
-    """A stream under way when the replica's connection breaks ends with an error response,
-    and a cancel of a finished request tells nobody."""
+    """A stream under way when the connection breaks ends with an error response on the
+    caller's side, and the replica cancels it (its model sees ``is_cancelled()``); a cancel
+    of a finished request tells nobody."""
     _, ep = replica
     conn = await connect(ep, WAIT_S)
     [done] = await answers(conn.send, add_sub([1, 2, 3, 4]))
@@ -120,13 +121,17 @@ async def test_a_replica_that_goes_away_ends_its_requests(
         if resp.final:
             ended.set()
 
-    forever = Tensor.from_numpy("COUNT", np.array([10_000_000], dtype=np.int32))
-    conn.send(InferRequest("repeat", [forever]), on_response)
+    marker = tmp_path / "cancelled"
+    count = Tensor.from_numpy("COUNT", np.array([100_000], dtype=np.int32))
+    params = {"delay_ms": 5, "marker": str(marker)}
+    conn.send(InferRequest("http_stream", [count], parameters=params), on_response)
     await asyncio.wait_for(_until(lambda: len(got) >= 2), WAIT_S)
     conn.writer.transport.abort()  # as if the replica's process died
     await asyncio.wait_for(ended.wait(), WAIT_S)
     last = got[-1]
     assert last.final and last.error is not None and "went away" in last.error.message
+    await asyncio.wait_for(_until(lambda: marker.exists() and marker.read_text()), WAIT_S)
+    assert marker.read_text().startswith("cancelled after")
 
 
 async def _until(check: object) -> None:

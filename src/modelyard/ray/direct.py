@@ -172,6 +172,12 @@ class Connection:
         self.writer.write(data)
         return rid
 
+    def retire(self) -> None:
+        """No new requests; closed once those under way are answered."""
+        self.closing = True
+        if not self.pending:
+            self.writer.close()
+
     def cancel(self, rid: int) -> bool:
         """Tell the replica; True when the request was still under way (its responses from
         now on are dropped: the caller answers it as cancelled)."""
@@ -292,8 +298,8 @@ class Routes:
             answers = await self._ask()
             found = [Endpoint(**a) for a in answers if isinstance(a, dict)]
             self._endpoints = found
-            for ep in [ep for ep in self.conns if ep not in found]:
-                self.conns.pop(ep).writer.close()
+            for ep in [ep for ep in self.conns if ep not in found]:  # gone from Serve's set
+                self.conns.pop(ep).retire()
         except Exception as e:  # the deployment is going away; the handle still serves
             log.debug("asking the replicas for their endpoints failed: %s", e)
         finally:
@@ -304,7 +310,5 @@ class Routes:
         """No new requests; each connection closes once its requests are answered."""
         self._closed = True
         for conn in self.conns.values():
-            conn.closing = True
-            if not conn.pending:
-                conn.writer.close()
+            conn.retire()
         self.conns.clear()
