@@ -43,19 +43,25 @@ def add_sub(a: list[float]) -> InferRequest:
     return InferRequest("add_sub", [Tensor.from_numpy("INPUT0", x), Tensor.from_numpy("INPUT1", x)])
 
 
+class Responses:
+    """The responses to one request as they come; ``ended`` once the final one is in."""
+
+    def __init__(self) -> None:
+        self.got: list[InferResponse] = []
+        self.ended = asyncio.Event()
+
+    def __call__(self, resp: InferResponse) -> None:
+        self.got.append(resp)
+        if resp.final:
+            self.ended.set()
+
+
 async def answers(conn_send: object, request: InferRequest) -> list[InferResponse]:
     """Every response to ``request`` until the final one (bounded)."""
-    got: list[InferResponse] = []
-    done = asyncio.Event()
-
-    def on_response(resp: InferResponse) -> None:
-        got.append(resp)
-        if resp.final:
-            done.set()
-
-    conn_send(request, on_response)  # type: ignore[operator]
-    await asyncio.wait_for(done.wait(), WAIT_S)
-    return got
+    responses = Responses()
+    conn_send(request, responses)  # type: ignore[operator]
+    await asyncio.wait_for(responses.ended.wait(), WAIT_S)
+    return responses.got
 
 
 async def test_requests_and_a_stream_come_back(replica: tuple[DirectServer, Endpoint]) -> None:
@@ -113,21 +119,15 @@ async def test_a_replica_that_goes_away_ends_its_requests(
     conn = await connect(ep, WAIT_S)
     [done] = await answers(conn.send, add_sub([1, 2, 3, 4]))
     assert done.error is None and not conn.cancel(0)  # answered already
-    got: list[InferResponse] = []
-    ended = asyncio.Event()
-
-    def on_response(resp: InferResponse) -> None:
-        got.append(resp)
-        if resp.final:
-            ended.set()
-
+    responses = Responses()
+    got = responses.got
     marker = tmp_path / "cancelled"
     count = Tensor.from_numpy("COUNT", np.array([100_000], dtype=np.int32))
     params = {"delay_ms": 5, "marker": str(marker)}
-    conn.send(InferRequest("http_stream", [count], parameters=params), on_response)
+    conn.send(InferRequest("http_stream", [count], parameters=params), responses)
     await asyncio.wait_for(_until(lambda: len(got) >= 2), WAIT_S)
     conn.writer.transport.abort()  # as if the replica's process died
-    await asyncio.wait_for(ended.wait(), WAIT_S)
+    await asyncio.wait_for(responses.ended.wait(), WAIT_S)
     last = got[-1]
     assert last.final and last.error is not None and "went away" in last.error.message
     await asyncio.wait_for(_until(lambda: marker.exists() and marker.read_text()), WAIT_S)

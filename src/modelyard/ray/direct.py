@@ -24,6 +24,7 @@ import itertools
 import logging
 import pickle
 import secrets
+import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -222,8 +223,6 @@ async def connect(endpoint: Endpoint, timeout: float) -> Connection:
     )
     sock = writer.get_extra_info("socket")
     if sock is not None:
-        import socket
-
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     writer.write(endpoint.token)

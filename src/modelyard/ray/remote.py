@@ -1,6 +1,7 @@
-"""The scheduler of a remote model version: each request goes to the version's Serve
-deployment through a handle (``infer`` for one response, ``infer_stream`` for a decoupled
-model's stream), to a replica on this node when one runs here, else wherever they run.
+"""The scheduler of a remote model version: each request goes to one of the version's
+replicas, over a connection of our own once their ports are known (``ray/direct.py``), else
+through the Serve deployment's handle (``infer`` for one response, ``infer_stream`` for a
+decoupled model's stream); to a replica on this node when one runs here.
 
 The caller's core has already validated the request (with the model's own messages); the
 replica validates again and runs it with its own scheduler. A request whose inputs are all
@@ -60,7 +61,7 @@ class RemoteScheduler:
     def pending(self) -> int:
         return 0  # requests queue in the replicas (their schedulers count them)
 
-    def handle(self, ctx: RequestContext | None = None) -> Any:
+    def handle(self, ctx: RequestContext | None = None, large: bool = False) -> Any:
         """The deployment's handle (streaming for a decoupled model's requests; Serve's gRPC
         transport unless an input is large); for a sequence model's request, one that routes
         by its correlation id."""
@@ -77,7 +78,7 @@ class RemoteScheduler:
             self._grpc_stream = self._grpc.options(stream=True)
         if ctx is None:
             return self._handle
-        if _large(ctx.request):  # through the object store: no copy into a message
+        if large:  # through the object store: no copy into a message
             handle = self._stream if self.decoupled else self._handle
         else:  # in the message, by Serve's gRPC transport: half the handle's cost
             handle = self._grpc_stream if self.decoupled else self._grpc
@@ -100,9 +101,10 @@ class RemoteScheduler:
         now = time.monotonic_ns()
         ctx.t_queued = ctx.t_start = now  # from here on a cancel reaches the replica
         request = _wire(ctx.request)
-        if self._routes is not None and not _large(request) and self._send_direct(ctx, request):
+        large = _large(request)
+        if self._routes is not None and not large and self._send_direct(ctx, request):
             return
-        handle = self.handle(ctx)
+        handle = self.handle(ctx, large)
         try:
             if self.decoupled:
                 call = handle.infer_stream.remote(request)
