@@ -34,6 +34,24 @@ _running: list[ServerProcess] = []  # servers the ``serving`` fixture started an
 _stopped: list[ServerProcess] = []  # ... and those it stopped since the current test began
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the packages' bytecode once, in the controlling process: the suite starts
+    thousands of Python processes (servers, model workers, Ray replicas, CLIs), and an
+    editable install has no .pyc files. Where PYTHONDONTWRITEBYTECODE is set (this project's
+    CI machines) each of them compiled every module it imported from source again: a quarter
+    of an empty server's start-up CPU. Python reads .pyc files whatever that variable says;
+    a read-only install keeps what it has."""
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller did it before starting the workers
+    import compileall
+
+    import modelyard
+    import triton_python_backend_utils
+
+    for package in (modelyard, triton_python_backend_utils):
+        compileall.compile_dir(Path(package.__file__).parent, quiet=2)
+
+
 RAY_SCOPE = "tests/ray"
 
 

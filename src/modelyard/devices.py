@@ -17,6 +17,7 @@ import functools
 import importlib
 import logging
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,10 @@ log = logging.getLogger("modelyard.devices")
 _CUDA_SUCCESS = 0
 _CUDA_INSUFFICIENT_DRIVER = 35
 _CUDA_NO_DEVICE = 100
+# A Linux machine whose NVIDIA driver is loaded has one of these: the driver's control node,
+# WSL 2's GPU node, or Tegra's (Jetson) memory node. Without any, there is nothing for CUDA
+# or NVML to find, and importing their bindings (0.1 s of every server's start) is skipped.
+_DRIVER_NODES = ("/dev/nvidiactl", "/dev/dxg", "/dev/nvmap")
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,8 @@ def supported_gpus(
 @functools.cache
 def discover_gpus() -> Discovery:
     """This process's GPUs, asked once (neither library sees devices come and go)."""
+    if sys.platform == "linux" and not any(os.path.exists(n) for n in _DRIVER_NODES):
+        return Discovery(reason="no NVIDIA driver (none of " + ", ".join(_DRIVER_NODES) + ")")
     runtime = _from_cuda_runtime()
     if runtime.devices or runtime.source:
         found = runtime

@@ -3,6 +3,8 @@ validation texts and instance order, and the device discovery's pure parts (devi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from modelyard.config import normalize_config, parse_config_text
@@ -167,3 +169,25 @@ def test_cuda_visible_devices_applied_to_nvml_order() -> None:
     # The driver stops at the first entry that names no device.
     assert [d.uuid for d in visible_devices(found, "1,7,0")] == ["GPU-bbbb"]
     assert visible_devices(found, "-1") == []
+
+
+def test_no_driver_node_means_no_gpus_without_asking_cuda(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On Linux, a machine without the NVIDIA driver's device nodes has no GPUs: neither
+    library is imported to find that out, and the reason names the nodes."""
+    import sys
+
+    from modelyard import devices
+
+    if sys.platform != "linux":
+        pytest.skip("the device nodes are Linux's")
+    monkeypatch.setattr(devices, "_DRIVER_NODES", (str(tmp_path / "nvidiactl"),))
+    monkeypatch.setattr(devices, "_runtime_module", lambda: pytest.fail("CUDA was asked"))
+    devices.discover_gpus.cache_clear()
+    try:
+        found = devices.discover_gpus()
+    finally:
+        devices.discover_gpus.cache_clear()
+    assert found.devices == ()
+    assert found.reason == f"no NVIDIA driver (none of {tmp_path / 'nvidiactl'})"
