@@ -276,6 +276,19 @@ def test_timeout_gives_request_timeout_expired(served: Served, tmp_path: Path) -
     assert result["message"] == "Request timeout expired"
 
 
+def test_a_blocking_exec_inside_async_execute(served: Served) -> None:
+    """As under Triton's stub, an `async def execute` may call the blocking exec(): in both
+    modes it waits on the model's own loop while the server delivers the callee's response
+    (bls_slow at 20 ms: the callee runs on its own instance, not inline)."""
+    inputs = [http_input("INPUT0", X, "FP32")]
+    for callee in ("bls_echo", "bls_slow"):
+        res = served.http().infer(
+            "bls_async_relay", inputs,
+            parameters={"model": callee, "blocking": True, "delay_ms": 20},
+        )  # fmt: skip
+        np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), X)
+
+
 def test_an_async_exec_callee_that_waits_does_not_hold_up_the_server(
     served: Served, tmp_path: Path
 ) -> None:

@@ -8,12 +8,15 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             params = json.loads(request.parameters() or "{}")
-            response = await pb_utils.InferenceRequest(
+            blocking = params.pop("blocking", False)
+            call = pb_utils.InferenceRequest(
                 model_name=params.pop("model", "bls_echo"),
                 requested_output_names=["OUTPUT0"],
                 inputs=[pb_utils.get_input_tensor_by_name(request, "INPUT0")],
                 parameters=params,
-            ).async_exec()
+            )
+            # A blocking exec() inside async execute holds the model's loop, not the server's.
+            response = call.exec() if blocking else await call.async_exec()
             if response.has_error():
                 raise pb_utils.TritonModelException(response.error().message())
             out = pb_utils.get_output_tensor_by_name(response, "OUTPUT0")

@@ -2,7 +2,10 @@
 
 Sync ``execute`` runs on one dedicated thread per instance (so ``breakpoint()`` and debuggers
 work, and the event loop keeps serving); ``async def execute`` runs on the server's event
-loop, several requests in flight at once. BLS hands numpy arrays to the core with no copy
+loop, several requests in flight at once, unless its code names a call that blocks until the
+server answers (a blocking ``exec()``, model control, a decoupled call whose stream a plain
+``for`` reads): then on an event loop of the instance's own (``model_loop.py``), where it
+may wait as in Triton's stub. BLS hands numpy arrays to the core with no copy
 and no IPC. Each model's modules are imported under a private package name, and sibling
 modules it imports are taken out of ``sys.modules`` afterwards, so two models with their
 own ``helper.py`` each keep theirs.
@@ -42,7 +45,12 @@ from modelyard.backends.python.server.inprocess_runtime import (
     on_loop,
     tensor_data,
 )
-from modelyard.backends.python.server.isolation import import_isolated, may_call_server
+from modelyard.backends.python.server.isolation import (
+    import_isolated,
+    may_block_on_server,
+    may_call_server,
+)
+from modelyard.backends.python.server.model_loop import ModelLoop
 from modelyard.backends.python.server.readiness import UserReadiness, check_result
 from modelyard.backends.python.server.reschedule import reschedule
 from modelyard.errors import InternalError, ModelyardError
@@ -77,6 +85,8 @@ class InProcessInstance(Instance):
         self.runtime: InProcessRuntime | None = None
         self._outputs: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        # Where an async execute that may block on the server runs (else: the server's loop).
+        self._model_loop: ModelLoop | None = None
         self.sync_execute = False
         self._no_execute = ""  # Triton's error for every request when the model has no execute
         self.iterative = release_flags.is_iterative(spec.config_json)
@@ -125,12 +135,13 @@ class InProcessInstance(Instance):
             self.sync_execute = not asyncio.iscoroutinefunction(
                 getattr(self.model, "execute", None)
             )
+            if not self.sync_execute and may_block_on_server(files):
+                self._model_loop = ModelLoop(f"modelyard-{spec.instance_name}-loop")
             if hasattr(self.model, "initialize"):
                 self.phase = "initialize"
                 result = await self._in_thread(self.model.initialize, initialize_args(spec))
                 if asyncio.iscoroutine(result):
-                    with pb.runtime_context(self.runtime):
-                        await result
+                    await self._await_model(result)
             self.phase = "ready"
         except ModelyardError:
             raise
@@ -174,10 +185,23 @@ class InProcessInstance(Instance):
             try:
                 result = await self._in_thread(self.model.finalize)
                 if asyncio.iscoroutine(result):
-                    await result
+                    await self._await_model(result)
             except BaseException as e:
                 log.info("finalize of %s raised: %s", self.name, format_exception(e))
         self._thread.shutdown(wait=False)
+        if self._model_loop is not None:
+            self._model_loop.close()
+
+    async def _await_model(self, coro: Any) -> Any:
+        """Await a coroutine of the model's where its async execute runs (its own loop), or
+        on the server's loop when its execute is sync."""
+        if self._model_loop is None:
+            return await self._in_runtime(coro)
+        return await self._model_loop.run(self._in_runtime(coro))
+
+    async def _in_runtime(self, coro: Any) -> Any:
+        with pb.runtime_context(self.runtime):
+            return await coro
 
     # -- execute ------------------------------------------------------------------------
 
@@ -311,20 +335,12 @@ class InProcessInstance(Instance):
                 TLS.chain, TLS.instance = frozenset(), ""
 
         if not self.sync_execute:
-            token = PARENTS.set(parents)
-            span = self._enter_trace(traced) if traced is not None else None
-            try:
-                with pb.runtime_context(rt):
-                    coro = self._run_async(batch, requests)
-                    if self.iterative:  # released (maybe rescheduled) when execute returns
-                        await coro
-                        return
-                    # Real concurrency: the instance takes the next batch while this one awaits.
-                    task = asyncio.get_running_loop().create_task(coro)
-            finally:
-                if span is not None:
-                    self._leave_trace(span)
-                PARENTS.reset(token)
+            coro = self._run_async(batch, requests, parents, traced)
+            if self.iterative:  # released (maybe rescheduled) when execute returns
+                await coro
+                return
+            # Real concurrency: the instance takes the next batch while this one awaits.
+            task = asyncio.get_running_loop().create_task(coro)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
@@ -401,8 +417,32 @@ class InProcessInstance(Instance):
                     ctx.trace.t_output_start = now
             self._leave_trace(entered)
 
-    async def _run_async(self, batch: list[RequestContext], requests: list[Any]) -> None:
-        await self._finish(batch, requests, self.model.execute(requests))
+    async def _run_async(
+        self,
+        batch: list[RequestContext],
+        requests: list[Any],
+        parents: tuple[RequestContext, ...],
+        traced: RequestTrace | None,
+    ) -> None:
+        execute = self._execute_async(requests, parents, traced)
+        if self._model_loop is not None:
+            execute = self._model_loop.run(execute)
+        await self._finish(batch, requests, execute)
+
+    async def _execute_async(
+        self, requests: list[Any], parents: tuple[RequestContext, ...], traced: RequestTrace | None
+    ) -> Any:
+        """The model's execute (on its own loop, or the server's), with the batch as the
+        parent of its BLS calls and, traced, its spans under the request's."""
+        token = PARENTS.set(parents)
+        span = self._enter_trace(traced) if traced is not None else None
+        try:
+            with pb.runtime_context(self.runtime):
+                return await self.model.execute(requests)
+        finally:
+            if span is not None:
+                self._leave_trace(span)
+            PARENTS.reset(token)
 
     async def _finish(self, batch: list[RequestContext], requests: list[Any], coro: Any) -> None:
         try:

@@ -223,10 +223,13 @@ class InProcessRuntime:
                     done.set_result(direct)
                     return done
             return self._async_exec(core_request, decoupled, PARENTS.get())
-        # Called on one of the model's threads (for a loop of its own): the direct path is
-        # safe here, and the ordinary one runs on the server's loop.
+        # Called on another thread: the instance's own loop (async execute), or a loop a
+        # model runs itself. The direct path is safe here (on a loop, only for a target that
+        # runs short: the loop's other requests wait meanwhile); the ordinary one runs on the
+        # server's loop.
         if not decoupled and not core_request.timeout_us:
-            direct = self._direct(core_request)
+            accept = _runs_inline if asyncio.events._get_running_loop() is not None else None
+            direct = self._direct(core_request, accept)
             if direct is not None:
                 return resolved(direct)
         return self._async_exec_from_thread(core_request, decoupled, PARENTS.get())
@@ -235,30 +238,41 @@ class InProcessRuntime:
         self, core_request: InferRequest, decoupled: bool, parents: tuple[RequestContext, ...]
     ) -> Any:
         started = asyncio.run_coroutine_threadsafe(
-            self._async_exec(core_request, decoupled, parents), self.loop
+            self._async_exec(core_request, decoupled, parents, streams=True), self.loop
         )
         return await asyncio.wrap_future(started)
 
     async def _async_exec(
-        self, core_request: InferRequest, decoupled: bool, parents: tuple[RequestContext, ...]
+        self,
+        core_request: InferRequest,
+        decoupled: bool,
+        parents: tuple[RequestContext, ...],
+        streams: bool = False,
     ) -> Any:
+        """On the server's loop. A decoupled call's stream comes with its first response, as
+        Triton's does, when ``streams`` (it is read on another thread, while this loop
+        delivers the rest); else once the call has ended: a plain `for` over it on this very
+        loop could never be given later responses."""
         replies: queue_mod.SimpleQueue[tuple[Any, bool]] = queue_mod.SimpleQueue()
         done: asyncio.Future[None] = self.loop.create_future()
 
         def sink(item: tuple[Any, bool]) -> None:
             replies.put(item)
             _response, final = item
-            if final and not done.done():
+            if (final or streams) and not done.done():
                 done.set_result(None)
 
         cancel = self._start(core_request, decoupled, sink, frozenset(), "", parents)
-        # Triton models iterate the awaited value with a plain `for` on this very loop, which
-        # could never deliver later responses: wait for the final one, then hand them over
-        # (so a cancel() of that iterator finds the call ended: nothing left to cancel).
         await done
         if not decoupled:
             response, _final = replies.get()
             return response
+        if streams:
+
+            def cancel_there() -> None:
+                self.loop.call_soon_threadsafe(cancel)
+
+            return ResponseStream(lambda: self._reply(replies, core_request), cancel_there)
         return ResponseStream(replies.get, cancel)
 
     # the rest of pb_utils.Runtime ---------------------------------------------------------

@@ -175,10 +175,28 @@ async def auto_complete_in_process(
 _SERVER_CALLS = frozenset({"exec", "async_exec", "load_model", "unload_model", "is_model_ready"})
 
 
+# What an `async def execute` may call that blocks its thread until the server answers: a
+# blocking exec(), model control, or a decoupled call (a keyword `decoupled`), whose stream a
+# plain `for` reads (see InProcessInstance: such a model's loop is not the server's).
+_BLOCKING_CALLS = frozenset({"exec", "load_model", "unload_model", "is_model_ready"})
+_DECOUPLED = "decoupled"
+
+
 def may_call_server(files: list[str]) -> bool:
     """Whether the code in ``files`` names a call that waits for the server (BLS or model
     control): any code object using one of those names (attribute or global), or a file that
     cannot be read and compiled (assumed to)."""
+    return _names_any(files, _SERVER_CALLS, False)
+
+
+def may_block_on_server(files: list[str]) -> bool:
+    """Whether the code in ``files`` names a call that blocks its thread until the server
+    answers (``_BLOCKING_CALLS``, or the keyword or string ``decoupled``); True for a file
+    that cannot be read and compiled."""
+    return _names_any(files, _BLOCKING_CALLS, True)
+
+
+def _names_any(files: list[str], names: frozenset[str], decoupled: bool) -> bool:
     if not files:
         return True
     for path in files:
@@ -190,7 +208,11 @@ def may_call_server(files: list[str]) -> bool:
         todo = [code]
         while todo:
             c = todo.pop()
-            if not _SERVER_CALLS.isdisjoint(c.co_names):
+            if not names.isdisjoint(c.co_names):
                 return True
-            todo.extend(k for k in c.co_consts if isinstance(k, type(code)))
+            for k in c.co_consts:
+                if isinstance(k, type(code)):
+                    todo.append(k)
+                elif decoupled and (k == _DECOUPLED or (isinstance(k, tuple) and _DECOUPLED in k)):
+                    return True  # (a call's keyword names are a tuple of its constants)
     return False
