@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Collection, Iterator
+from typing import Any, NamedTuple, Protocol
 
 from modelyard.backends.python.protocol import release_flags
 from modelyard.backends.python.protocol.error_text import forked_bls_text
@@ -183,6 +183,65 @@ def forked_text(owner: int) -> str:
 def version_text(version: Any) -> str:
     """A BLS request's model version as the server reads it ("" for the newest)."""
     return "" if version is None or int(version) < 0 else str(version)
+
+
+class BlsCall(NamedTuple):
+    """What a model's BLS request carries to the server (both modes read it here): inputs as
+    (name, host array) in the model's order."""
+
+    model_name: str
+    version: str
+    request_id: str
+    correlation_id: int | str
+    flags: int
+    inputs: list[tuple[str, Any]]
+    outputs: list[str]
+    parameters: dict[str, Any]
+    timeout_us: int
+
+
+def bls_call(request: Any) -> BlsCall:
+    """Read a ``pb_utils.InferenceRequest`` the model executes (a GPU input: copied to the
+    host)."""
+    params = request._params
+    if params is None:
+        text = request.parameters()
+        params = json.loads(text) if text else {}
+    return BlsCall(
+        request.model_name(),
+        version_text(request.model_version()),
+        request.request_id(),
+        request.correlation_id(),
+        request.flags(),
+        [(t.name(), t._host_array()) for t in request.inputs()],
+        list(request.requested_output_names()),
+        dict(params),
+        int(request.timeout() or 0),
+    )
+
+
+class ResponseParts(NamedTuple):
+    """What a model's response carries to the server: its error (text, code), or the outputs
+    the request asked for, as (name, host array) in the model's order, and its parameters."""
+
+    error: tuple[str, ErrorCode] | None
+    outputs: list[tuple[str, Any]]
+    parameters: dict[str, Any] | None
+
+
+def response_parts(response: Any, output_names: Collection[str] | None) -> ResponseParts:
+    """Read a ``pb_utils.InferenceResponse`` a model sent or returned; outputs the request did
+    not ask for are dropped, as Triton drops them (``output_names`` None: every output)."""
+    err = response.error()
+    if err is not None:
+        return ResponseParts((err.message(), err.code()), [], None)
+    wanted = None if output_names is None else set(output_names)
+    outputs = [
+        (t.name(), t._host_array())  # (a GPU output: copied to the host)
+        for t in response.output_tensors()
+        if wanted is None or t.name() in wanted
+    ]
+    return ResponseParts(None, outputs, response._params or None)
 
 
 def reply_wait_s(timeout_us: int) -> float:

@@ -34,6 +34,7 @@ from modelyard.backends.python.protocol.model_calls import (
     no_execute_text,
     output_names,
     release_rescheduled,
+    response_parts,
 )
 from modelyard.backends.python.server.embedded import embed
 from modelyard.backends.python.server.inprocess_runtime import (
@@ -266,18 +267,15 @@ class InProcessInstance(Instance):
         if resp is None:
             out.flag_only = True
             return out
-        err = resp.error()
-        if err is not None:
-            out.error = ModelyardError(err.message(), err.code())
+        parts = response_parts(resp, names)
+        if parts.error is not None:
+            out.error = ModelyardError(*parts.error)
             out.model_error = True
             return out
-        wanted = set(names)
-        for t in resp.output_tensors():
-            if t.name() in wanted:
-                arr = t._host_array()  # (a GPU output: copied to the host)
-                out.outputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
-        if resp._params:
-            out.parameters = dict(resp._params)
+        for name, arr in parts.outputs:
+            out.outputs.append(Tensor(name, datatype_of(arr.dtype), tuple(arr.shape), arr))
+        if parts.parameters:
+            out.parameters = dict(parts.parameters)
         return out
 
     def _collect(self, batch: list[RequestContext], requests: list[Any], returned: Any) -> None:

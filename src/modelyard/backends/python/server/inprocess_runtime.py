@@ -23,6 +23,7 @@ import triton_python_backend_utils as pb
 from modelyard.backends.python.protocol.error_text import control_error_text
 from modelyard.backends.python.protocol.model_calls import (
     ResponseStream,
+    bls_call,
     check_bls,
     error_response,
     forked_response,
@@ -30,7 +31,6 @@ from modelyard.backends.python.protocol.model_calls import (
     reply_wait_s,
     resolved,
     timeout_response,
-    version_text,
 )
 from modelyard.backends.python.server.bls import link_to_parents, start_bls
 from modelyard.errors import InternalError, ModelyardError
@@ -81,22 +81,18 @@ class InProcessRuntime:
     # BLS ---------------------------------------------------------------------------------
 
     def _core_request(self, request: Any) -> InferRequest:
-        inputs = []
-        for t in request.inputs():
-            arr = t._host_array()  # (a GPU tensor: copied to the host)
-            inputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
-        version = request.model_version()
+        call = bls_call(request)
         current = CURRENT.get()
         return InferRequest(
-            model_name=request.model_name(),
-            inputs=inputs,
-            model_version=version_text(version),
-            id=request.request_id(),
-            outputs=[RequestedOutput(n) for n in request.requested_output_names()] or None,
-            parameters=dict(request._params or {}),
-            correlation_id=request.correlation_id(),
-            flags=request.flags(),
-            timeout_us=int(request.timeout() or 0),
+            model_name=call.model_name,
+            inputs=[Tensor(n, datatype_of(a.dtype), tuple(a.shape), a) for n, a in call.inputs],
+            model_version=call.version,
+            id=call.request_id,
+            outputs=[RequestedOutput(n) for n in call.outputs] or None,
+            parameters=call.parameters,
+            correlation_id=call.correlation_id,
+            flags=call.flags,
+            timeout_us=call.timeout_us,
             trace=None if current is None else current[0].link(current[1]),
         )
 

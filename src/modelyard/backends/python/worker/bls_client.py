@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
-import json
 import os
 import queue
 import threading
@@ -32,13 +31,13 @@ from modelyard.backends.python.protocol.messages import (
 from modelyard.backends.python.protocol.model_calls import (
     DEFAULT_WAIT_S,
     ResponseStream,
+    bls_call,
     error_response,
     forked_response,
     forked_text,
     reply_wait_s,
     resolved,
     timeout_response,
-    version_text,
 )
 from modelyard.backends.python.worker.spans import CURRENT
 
@@ -88,26 +87,20 @@ class BlsClient:
             self._waiters.pop(call_id, None)
 
     def _request(self, call_id: int, request: Any, decoupled: bool) -> Bls:
-        inputs = []
-        for t in request.inputs():
-            inputs.append(tensor_pool.pack_array(t.name(), t._host_array(), self.rt.stub.pool))
-        params = request._params
-        if params is None:
-            text = request.parameters()
-            params = json.loads(text) if text else {}
+        call = bls_call(request)
         stub = self.rt.stub
         return Bls(
             call_id,
             decoupled,
-            request.model_name(),
-            version_text(request.model_version()),
-            request.request_id(),
-            request.correlation_id(),
-            request.flags(),
-            inputs,
-            list(request.requested_output_names()),
-            params or {},
-            int(request.timeout() or 0),
+            call.model_name,
+            call.version,
+            call.request_id,
+            call.correlation_id,
+            call.flags,
+            [tensor_pool.pack_array(n, a, stub.pool) for n, a in call.inputs],
+            call.outputs,
+            call.parameters,
+            call.timeout_us,
             # Only a call made by a blocked sync execute holds this instance while it waits.
             stub.executing and threading.get_ident() == stub.main_ident,
             PARENTS.get(),

@@ -30,6 +30,7 @@ from modelyard.backends.python.protocol.model_calls import (
     check_bls,
     check_returned,
     output_names,
+    response_parts,
 )
 from modelyard.backends.python.protocol.release_flags import is_iterative, refuse, rescheduled
 from modelyard.backends.python.worker.bls_client import BlsClient
@@ -102,16 +103,11 @@ class StubRuntime:
         output_names: list[str] | None,
         dests: dict[str, OutputDestination] | None = None,
     ) -> Response:
-        err = response.error()
-        if err is not None:
-            return Response([], None, (err.message(), err.code()))
-        wanted = None if output_names is None else set(output_names)
+        parts = response_parts(response, output_names)
+        if parts.error is not None:
+            return Response([], None, parts.error)
         outputs: list[PackedTensor] = []
-        for t in response.output_tensors():
-            name = t.name()
-            if wanted is not None and name not in wanted:
-                continue  # Triton drops outputs the client did not request
-            arr = t._host_array()  # (a GPU output: copied to the host)
+        for name, arr in parts.outputs:
             dest = dests.get(name) if dests else None
             if dest is not None:  # the client wants it in its region: write it there
                 written = self.stub.regions.write(dest, arr)
@@ -119,7 +115,7 @@ class StubRuntime:
                     outputs.append(client_regions.written_output(name, arr, written))
                     continue
             outputs.append(tensor_pool.pack_array(name, arr, self.stub.pool))
-        return Response(outputs, response._params or None, None)
+        return Response(outputs, parts.parameters, None)
 
     def collect_responses(self, requests: list[Any], returned: Any) -> list[Response | None]:
         """Check execute's return value as Triton does (model_calls.py) and pack each
