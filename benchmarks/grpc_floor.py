@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from tests.reference import free_ports, shared_dir  # noqa: E402
 
-from modelyard.cli.main import apply_grpc_environment  # noqa: E402
+from modelyard.cli.grpc_environment import apply_grpc_environment  # noqa: E402
 
 READY_TIMEOUT_S = 180.0
 SERVERS = ["floor-default", "floor", "pool", "frontend", "modelyard-inproc", "modelyard", "triton"]

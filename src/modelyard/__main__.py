@@ -1,3 +1,3 @@
-from modelyard.cli.main import main
+from modelyard.cli.entry import run
 
-main()
+run()

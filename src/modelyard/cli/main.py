@@ -5,35 +5,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from modelyard.bench.args import add_parser as add_bench_parser
+from modelyard.cli.grpc_environment import SERVING_COMMANDS, apply_grpc_environment
 from modelyard.cli.serve_flags import (
     HelpFormatter,
     add_config_name,
     add_serve_arguments,
     add_serve_flags,
 )
-
-# gRPC settings read from the environment when grpc is first imported, so set before that.
-GRPC_ENVIRONMENT = {
-    # gRPC's fork handlers can crash a child forked (to exec a model worker) while the gRPC
-    # server's threads run: worker spawns during a reload then failed now and then. The
-    # child execs at once, so it needs none of them.
-    "GRPC_ENABLE_FORK_SUPPORT": "false",
-    # Since grpcio 1.80, EventEngine threads do the sockets' I/O and then wake grpc.aio's
-    # poller thread, which wakes the event loop: one thread hop more per completion than when
-    # the poller does the I/O itself. Without it (benchmarks/grpc_floor.py, add_sub, A/B):
-    # p50 -9 % in process mode, -15 % in-process, and ~15 % less server CPU per request.
-    "GRPC_EXPERIMENTS": "-event_engine_listener,-event_engine_for_all_other_endpoints",
-}
-
-
-def apply_grpc_environment(environ: MutableMapping[str, str]) -> None:
-    """Add ``GRPC_ENVIRONMENT`` to ``environ``; a value already set there wins."""
-    for key, value in GRPC_ENVIRONMENT.items():
-        environ.setdefault(key, value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    if args.command in ("serve", "dev"):
-        apply_grpc_environment(os.environ)  # (before anything imports grpc)
+    if args.command in SERVING_COMMANDS:
+        apply_grpc_environment(os.environ)  # (in case grpc is not imported yet: see run())
         from modelyard.server_config import config_from_args
 
         config = config_from_args(args)

@@ -21,7 +21,10 @@ on the same models (see test_grpc_differential.py). Models used (tests/models/):
 from __future__ import annotations
 
 import json
+import os
 import queue
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing import shared_memory
@@ -37,7 +40,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from modelyard.cli.main import GRPC_ENVIRONMENT, apply_grpc_environment
+from modelyard.cli.grpc_environment import GRPC_ENVIRONMENT, apply_grpc_environment
 from tests.conftest import Serving
 from tests.helpers import grpc_input, metric_value, read_metrics, wait_until
 from tests.serverproc import ServerProcess, start_server
@@ -169,6 +172,40 @@ def test_grpc_environment(server: ServerProcess) -> None:
     env = {"GRPC_EXPERIMENTS": ""}
     apply_grpc_environment(env)
     assert env == {**GRPC_ENVIRONMENT, "GRPC_EXPERIMENTS": ""}
+
+
+GRPC_SEEN = """
+import importlib.abc, os, sys
+
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "grpc" and "seen" not in globals():
+            globals()["seen"] = os.environ.get("GRPC_EXPERIMENTS")
+        return None
+
+sys.meta_path.insert(0, Watch())
+sys.argv = ["modelyard", sys.argv[1], "--help"]
+from modelyard.cli.entry import run
+try:
+    run()
+except SystemExit:
+    pass
+print(repr(globals().get("seen", "never imported")))
+"""
+
+
+@pytest.mark.parametrize("command", ["serve", "dev"])
+def test_grpc_reads_its_environment_when_first_imported(command: str) -> None:
+    """The command line's modules import grpc (tritonclient's model configuration): the
+    `modelyard` entry point sets the environment before it imports them, or grpc would run
+    with its EventEngine I/O threads after all (one thread hop more per request)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_")}
+    run = subprocess.run(
+        [sys.executable, "-c", GRPC_SEEN, command],
+        capture_output=True, text=True, env=env, timeout=TIMEOUT * 6,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == repr(GRPC_ENVIRONMENT["GRPC_EXPERIMENTS"])
 
 
 # -- health and metadata -------------------------------------------------------------------
