@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from modelyard.backends.python.server.isolation import may_block_on_server, may_call_server
+from modelyard.backends.python.server.isolation import ServerCalls, scan
 
 FANOUT = """
 import asyncio
@@ -43,21 +43,19 @@ class TritonPythonModel:
 def test_what_a_model_s_code_names(tmp_path: Path, body: str, calls: bool, blocks: bool) -> None:
     model = tmp_path / "model.py"
     model.write_text(f"import triton_python_backend_utils as pb_utils\n\nclass M:\n    {body}\n")
-    assert may_call_server([str(model)]) is calls
-    assert may_block_on_server([str(model)]) is blocks
+    assert scan([str(model)]) == ServerCalls(waits=calls, blocks=blocks)
 
 
 def test_a_fanout_of_async_calls_stays_on_the_server_s_loop(tmp_path: Path) -> None:
     helper, model = tmp_path / "helper.py", tmp_path / "model.py"
     model.write_text(FANOUT)
     helper.write_text("def read(stream):\n    return list(stream)\n")
-    assert not may_block_on_server([str(model), str(helper)])
+    assert not scan([str(model), str(helper)]).blocks
     helper.write_text("def call(r):\n    return r.exec(decoupled=True)\n")  # a helper module's
-    assert may_block_on_server([str(model), str(helper)])
+    assert scan([str(model), str(helper)]).blocks
 
 
 def test_unreadable_code_is_assumed_to_call(tmp_path: Path) -> None:
     broken = tmp_path / "model.py"
     broken.write_text("def execute(:\n")
-    assert may_call_server([str(broken)]) and may_block_on_server([str(broken)])
-    assert may_call_server([]) and may_block_on_server([])
+    assert scan([str(broken)]) == scan([]) == ServerCalls(waits=True, blocks=True)

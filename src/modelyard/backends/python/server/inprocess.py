@@ -48,8 +48,7 @@ from modelyard.backends.python.server.inprocess_runtime import (
 )
 from modelyard.backends.python.server.isolation import (
     import_isolated,
-    may_block_on_server,
-    may_call_server,
+    scan,
 )
 from modelyard.backends.python.server.model_loop import ModelLoop
 from modelyard.backends.python.server.readiness import UserReadiness, check_result
@@ -128,7 +127,8 @@ class InProcessInstance(Instance):
         files: list[str] = []
         try:
             module = await self._in_thread(import_isolated, spec.model_file, package, files)
-            self._leaf = not may_call_server(files)
+            calls = scan(files)
+            self._leaf = not calls.waits
             self.model = await self._in_thread(model_class(module, spec.model_file))
             self._has_is_ready = hasattr(self.model, "is_ready")
             if not hasattr(self.model, "execute"):
@@ -136,7 +136,7 @@ class InProcessInstance(Instance):
             self.sync_execute = not asyncio.iscoroutinefunction(
                 getattr(self.model, "execute", None)
             )
-            if not self.sync_execute and may_block_on_server(files):
+            if not self.sync_execute and calls.blocks:
                 self._model_loop = ModelLoop(f"modelyard-{spec.instance_name}-loop")
             if hasattr(self.model, "initialize"):
                 self.phase = "initialize"

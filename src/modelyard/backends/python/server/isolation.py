@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 import types
+from dataclasses import dataclass
 from typing import Any
 
 import triton_python_backend_utils as pb
@@ -182,37 +183,40 @@ _BLOCKING_CALLS = frozenset({"exec", "load_model", "unload_model", "is_model_rea
 _DECOUPLED = "decoupled"
 
 
-def may_call_server(files: list[str]) -> bool:
-    """Whether the code in ``files`` names a call that waits for the server (BLS or model
-    control): any code object using one of those names (attribute or global), or a file that
-    cannot be read and compiled (assumed to)."""
-    return _names_any(files, _SERVER_CALLS, False)
+@dataclass(frozen=True)
+class ServerCalls:
+    """What a model's code may do to the server, read from its files once (``scan``)."""
+
+    # names a call that waits for the server (BLS or model control): ``_SERVER_CALLS``
+    waits: bool
+    # names a call that blocks its thread until the server answers: ``_BLOCKING_CALLS``, or
+    # the keyword or string ``decoupled``
+    blocks: bool
 
 
-def may_block_on_server(files: list[str]) -> bool:
-    """Whether the code in ``files`` names a call that blocks its thread until the server
-    answers (``_BLOCKING_CALLS``, or the keyword or string ``decoupled``); True for a file
-    that cannot be read and compiled."""
-    return _names_any(files, _BLOCKING_CALLS, True)
+_UNKNOWN = ServerCalls(waits=True, blocks=True)
 
 
-def _names_any(files: list[str], names: frozenset[str], decoupled: bool) -> bool:
+def scan(files: list[str]) -> ServerCalls:
+    """Scan the code objects of ``files`` (the model's module and its siblings) for the
+    names above; a file that cannot be read and compiled, or none, is assumed to use them."""
     if not files:
-        return True
+        return _UNKNOWN
+    waits = blocks = False
     for path in files:
         try:
             with open(path, "rb") as f:
                 code = compile(f.read(), path, "exec", dont_inherit=True)
         except (OSError, SyntaxError, ValueError):
-            return True
+            return _UNKNOWN
         todo = [code]
-        while todo:
+        while todo and not (waits and blocks):
             c = todo.pop()
-            if not names.isdisjoint(c.co_names):
-                return True
+            waits = waits or not _SERVER_CALLS.isdisjoint(c.co_names)
+            blocks = blocks or not _BLOCKING_CALLS.isdisjoint(c.co_names)
             for k in c.co_consts:
                 if isinstance(k, type(code)):
                     todo.append(k)
-                elif decoupled and (k == _DECOUPLED or (isinstance(k, tuple) and _DECOUPLED in k)):
-                    return True  # (a call's keyword names are a tuple of its constants)
-    return False
+                elif k == _DECOUPLED or (isinstance(k, tuple) and _DECOUPLED in k):
+                    blocks = True  # (a call's keyword names are a tuple of its constants)
+    return ServerCalls(waits, blocks)
