@@ -264,11 +264,6 @@ class LimitedProtocol(HttpToolsProtocol):
             self._names: list[bytes] = []
             self.scope[HEADER_NAMES_KEY] = self._names  # type: ignore[literal-required]
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        super().on_header(name, value)
-        if self.keep_header_case:
-            self._names.append(name)
-
     def on_headers_complete(self) -> None:
         limits = self.limits
         size = len(self.url)
@@ -298,7 +293,17 @@ class LimitedProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
 
+class _CaseKeepingProtocol(LimitedProtocol):
+    """Records each header's name as the client wrote it (a subclass of its own: the parser
+    calls ``on_header`` for every header of every request, and most servers need no names)."""
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        self._names.append(name)
+
+
 def protocol_class(limits: HttpLimits, keep_header_case: bool = False) -> type[LimitedProtocol]:
     """A protocol class bound to ``limits`` (uvicorn instantiates it per connection)."""
     attributes = {"limits": limits, "refusing": [False], "keep_header_case": keep_header_case}
-    return type("HttpProtocol", (LimitedProtocol,), attributes)
+    base = _CaseKeepingProtocol if keep_header_case else LimitedProtocol
+    return type("HttpProtocol", (base,), attributes)
