@@ -3,10 +3,11 @@
 Latency on a shared 2-core box moves 5-10 % from one run to the next; the instructions a
 request executes do not. For each ``--src`` (a modelyard checkout's ``src`` folder, e.g. of a
 ``git worktree`` at another commit) the script runs ``modelyard serve`` under
-``valgrind --tool=callgrind`` (worker processes too: ``--trace-children=yes``), warms it up,
-zeroes every counter (``callgrind_control -z``), sends ``--requests`` sequential requests of
-``--model`` through tritonclient, dumps (``callgrind_control -d``) and divides what every
-process executed by the number of requests. The client runs natively (not counted).
+``valgrind --tool=callgrind`` (worker processes too: ``--trace-children=yes``), loads add_sub
+and then ``--model``, warms it up, zeroes the counters of the server and its workers
+(``callgrind_control -z``, by pid), sends ``--requests`` sequential requests of ``--model``
+through tritonclient, dumps (``callgrind_control -d``) and divides what every process executed
+by the number of requests. The client runs natively (not counted).
 
     python benchmarks/instructions.py --src src --src /tmp/before/src --model add_sub
     python benchmarks/instructions.py --src src --mode in-process --protocol http --model bls_sync
@@ -36,7 +37,8 @@ sys.path.insert(0, str(HERE.parent))
 from tests.reference import free_ports, shared_dir  # noqa: E402
 
 READY_S = 600.0  # a server under valgrind loads its models slowly
-_TOTAL = re.compile(r"^(?:summary|totals):\s+(\d+)", re.M)
+# (a dump's ``totals:`` line runs a fixed few million over its events' sum: ``summary:``)
+_SUMMARY = re.compile(r"^summary:\s+(\d+)", re.M)
 
 
 def _inputs(protocol: str) -> list[object]:
@@ -60,14 +62,29 @@ def _client(protocol: str, url: str) -> object:
     return httpclient.InferenceServerClient(url, connection_timeout=60, network_timeout=60)
 
 
-def _callgrind_control(flag: str) -> None:
-    """``-z`` zeroes, ``-d`` dumps the counters of every process under callgrind."""
-    subprocess.run(
-        ["callgrind_control", flag],
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def _callgrind_control(flag: str, pids: list[int]) -> None:
+    """``-z`` zeroes, ``-d`` dumps the counters of ``pids`` (by pid: without one,
+    callgrind_control reaches every callgrind process on the machine, others' runs too)."""
+    for pid in pids:
+        subprocess.run(
+            ["callgrind_control", flag, str(pid)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (the server and its model workers)."""
+    found = [pid]
+    for children in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            kids = Path(children).read_text().split()
+        except OSError:
+            continue
+        for kid in kids:
+            found += _tree(int(kid))
+    return found
 
 
 def measure(src: Path, args: argparse.Namespace, out: Path) -> tuple[float, float]:
@@ -76,8 +93,9 @@ def measure(src: Path, args: argparse.Namespace, out: Path) -> tuple[float, floa
     cmd = [
         sys.executable, "-m", "modelyard", "serve",
         "--model-repository", str(args.models),
-        "--model-control-mode", "explicit", "--load-model", args.model,
-        "--load-model", "add_sub",  # (what bls_sync calls)
+        # add_sub (what bls_sync calls) first, the model after it: two workers starting at
+        # once under valgrind on a busy box can miss their start timeout.
+        "--model-control-mode", "explicit", "--load-model", "add_sub",
         "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
     ]  # fmt: skip
     if args.mode == "in-process":
@@ -93,10 +111,13 @@ def measure(src: Path, args: argparse.Namespace, out: Path) -> tuple[float, floa
         url = f"127.0.0.1:{grpc if args.protocol == 'grpc' else http}"
         client = _client(args.protocol, url)
         deadline = time.monotonic() + READY_S
+        asked = args.model == "add_sub"
         while True:
             try:
-                # bls_sync may be ready before add_sub, which it calls (they load at once)
-                if all(client.is_model_ready(m) for m in {args.model, "add_sub"}):  # type: ignore[attr-defined]
+                if not asked and client.is_model_ready("add_sub"):  # type: ignore[attr-defined]
+                    client.load_model(args.model)  # type: ignore[attr-defined]
+                    asked = True
+                if asked and client.is_model_ready(args.model):  # type: ignore[attr-defined]
                     break
             except Exception:
                 pass
@@ -106,10 +127,12 @@ def measure(src: Path, args: argparse.Namespace, out: Path) -> tuple[float, floa
         inputs = _inputs(args.protocol)
         for _ in range(args.warmup):
             client.infer(args.model, inputs)  # type: ignore[attr-defined]
-        _callgrind_control("-z")
+        pids = _tree(proc.pid)
+        _callgrind_control("-z", pids)
+        _callgrind_control("-d", pids)  # dump 1: what zeroing leaves behind
         for _ in range(args.requests):
             client.infer(args.model, inputs)  # type: ignore[attr-defined]
-        _callgrind_control("-d")
+        _callgrind_control("-d", pids)  # dump 2: the request window
     finally:
         proc.terminate()
         try:
@@ -118,11 +141,11 @@ def measure(src: Path, args: argparse.Namespace, out: Path) -> tuple[float, floa
             proc.kill()
             proc.wait()
     everything = server = 0
-    for path in glob.glob(f"{out}/cg.*.1"):  # the first dump of each process: the request window
-        found = _TOTAL.search(Path(path).read_text(errors="replace"))
+    for path in glob.glob(f"{out}/cg.*.2"):  # the second dump of each process: the window
+        found = _SUMMARY.search(Path(path).read_text(errors="replace"))
         count = int(found.group(1)) if found else 0
         everything += count
-        if path.endswith(f"cg.{proc.pid}.1"):
+        if path.endswith(f"cg.{proc.pid}.2"):
             server = count
     return everything / args.requests, server / args.requests
 
