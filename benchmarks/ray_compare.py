@@ -227,12 +227,13 @@ def run_plain(
 
 
 def run_ray(address: str, repo: Path, logs: Path, name: str, count: int, seconds: float,
-            hop_only: bool = False, costs: Any = None) -> dict[str, float]:  # fmt: skip
+            hop_only: bool = False, costs: Any = None,
+            extra: tuple[str, ...] = ()) -> dict[str, float]:  # fmt: skip
     cmd = [sys.executable, "-m", "modelyard", "serve", "--model-repository", str(repo),
            "--ray", address, "--ray-replica-cpus", "0", "--http-port", "0", "--grpc-port", "0",
            "--metrics-port", "0", "--ray-frontend-resource", "node_a",
            "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
-           "--metrics-address", "127.0.0.1"]  # fmt: skip
+           "--metrics-address", "127.0.0.1", *extra]  # fmt: skip
     log = logs / f"{name}.log"
     proc = start(cmd, dict(os.environ), log)
     try:
@@ -287,6 +288,13 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="environment of the Ray cluster, e.g. RAY_SERVE_THROUGHPUT_OPTIMIZED=1",
     )
+    ap.add_argument(
+        "--ray-arg",
+        action="append",
+        default=[],
+        metavar="FLAG",
+        help="a serve flag for the Ray server, e.g. --ray-arg=--backend-config=python,execution-mode=process",
+    )
     args = ap.parse_args()
     for item in args.ray_env:
         key, _, value = item.partition("=")
@@ -315,7 +323,7 @@ def main() -> None:
             for name in results:
                 if name == "ray":
                     r = run_ray(cluster.address, one_node, logs, f"r{rnd}-ray", args.requests,
-                                args.seconds, costs=costs)  # fmt: skip
+                                args.seconds, costs=costs, extra=tuple(args.ray_arg))  # fmt: skip
                     hops["same node"].append(r["bls_sync p50 µs"] - r["add_sub p50 µs"])
                 else:
                     make = modelyard_cmd if name == "modelyard" else triton_cmd
@@ -323,7 +331,8 @@ def main() -> None:
                 results[name].append(r)
                 print(f"round {rnd + 1} {name:9s} " + ", ".join(f"{k} {v:,.0f}" for k, v in r.items()),
                       flush=True)  # fmt: skip
-            c = run_ray(cluster.address, cross, logs, f"r{rnd}-cross", args.requests, 0, True)
+            c = run_ray(cluster.address, cross, logs, f"r{rnd}-cross", args.requests, 0, True,
+                        extra=tuple(args.ray_arg))  # fmt: skip
             hops["cross node"].append(c["bls_sync p50 µs"] - c["add_sub p50 µs"])
             print(f"round {rnd + 1} cross-node: bls_sync - add_sub = {hops['cross node'][-1]:,.0f} µs",
                   flush=True)  # fmt: skip

@@ -32,6 +32,7 @@ class CoreHost:
         self.model_ready = core.model_ready
         self.check_model_ready = core.check_model_ready
         self.tracer = core.tracer
+        self.execute_on_loop = False
 
     def _submit_by_name(
         self,

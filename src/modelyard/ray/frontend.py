@@ -9,6 +9,7 @@ what every replica counted.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import socket
 from dataclasses import dataclass, replace
@@ -183,6 +184,7 @@ class Frontend:
         except OSError as e:
             await self.stop(0.0)
             bound["error"] = f"{socket.gethostname()}: {e}"
+        gc.freeze()  # (Ray's and Serve's modules: no collection need walk them again)
         return bound
 
     async def stop(self, grace: float = 1.0) -> None:

@@ -14,6 +14,7 @@ replica reports the error through ``describe`` and the controller deletes the de
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -96,6 +97,7 @@ class RayHost(CoreHost):
         super().__init__(core)
         self.controller = controller
         self.mirror: Mirror | None = None
+        self.execute_on_loop = True  # the replica's loop serves its one model
 
     async def load_model(
         self, name: str, config: str | None, files: dict[str, bytes] | None
@@ -150,6 +152,7 @@ class ModelReplica:
         if self.version is not None:
             await self.direct.start(self.ip)
         core.began_serving()
+        gc.freeze()  # (Ray's and Serve's modules: no collection need walk them again)
 
     async def describe(self) -> tuple[bytes, BaseException | None]:
         """The version's config as the cluster shows it, or why it failed to load."""

@@ -34,6 +34,12 @@ class ModelHost(Protocol):
     # the spans its model opens join its trace (``InferRequest.trace``, ``ctx.trace``), and
     # ``tracer.activate`` makes a span current for plain OpenTelemetry API calls.
     tracer: Tracer
+    # True where the host's event loop serves this one model (a Ray replica): an in-process
+    # sync execute that has shown it is short and never calls the server runs right on the
+    # loop, without the hop to its instance's thread (on one server, other models' requests
+    # and the frontends share the loop, and such an execute only runs there for an
+    # async_exec() made on it).
+    execute_on_loop: bool
 
     def submit(
         self,

@@ -55,6 +55,7 @@ class HarnessHost:
         self.unload_model = self._core_host.unload_model
         self.log = self._core_host.log
         self.tracer = core.tracer  # BLS calls count in its call graph, as on the server
+        self.execute_on_loop = False
 
     # -- which model answers ------------------------------------------------------------
 

@@ -58,6 +58,7 @@ class FakeHost:
         self.ready_asked: list[str] = []
         self.logs: list[ModelLogRecord] = []
         self.tracer = Tracer()  # tracing off: BLS calls still count in its call graph
+        self.execute_on_loop = False
 
     def submit(
         self,
@@ -105,11 +106,13 @@ class FakeHost:
         self.logs.append(record)
 
 
-def _spec(tmp_path: Path) -> WorkerSpec:
+def _spec(
+    tmp_path: Path, model: str = MODEL, outputs: tuple[str, ...] = ("Y", "READY")
+) -> WorkerSpec:
     model_dir = tmp_path / "caller"
     (model_dir / "1").mkdir(parents=True)
-    (model_dir / "1" / "model.py").write_text(MODEL)
-    config = {"name": "caller", "output": [{"name": "Y"}, {"name": "READY"}]}
+    (model_dir / "1" / "model.py").write_text(model)
+    config = {"name": "caller", "output": [{"name": o} for o in outputs]}
     return WorkerSpec(
         model_name="caller",
         version=1,
@@ -125,19 +128,21 @@ def _spec(tmp_path: Path) -> WorkerSpec:
     )
 
 
-async def _drive(instance: Instance) -> InferResponse:
+async def _run(instance: Instance) -> InferResponse:
     responses: list[InferResponse] = []
     x = np.array([1.0, 2.0], dtype=np.float32)
     request = InferRequest("caller", [Tensor.from_numpy("X", x)], model_version="1")
-    await instance.start()
-    try:
-        await asyncio.wait_for(
-            instance.execute([RequestContext(request, None, responses.append)]), 60
-        )
-    finally:
-        await instance.stop()
+    await asyncio.wait_for(instance.execute([RequestContext(request, None, responses.append)]), 60)
     assert len(responses) == 1
     return responses[0]
+
+
+async def _drive(instance: Instance) -> InferResponse:
+    await instance.start()
+    try:
+        return await _run(instance)
+    finally:
+        await instance.stop()
 
 
 @pytest.mark.timeout(120)
@@ -171,3 +176,50 @@ async def test_a_backend_runs_on_a_fake_host(tmp_path: Path, mode: str) -> None:
         1,
         0,
     )
+
+
+LEAF = """
+import threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        where = np.array([threading.get_ident()], dtype=np.uint64)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("T", where)]) for _ in requests]
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("on_loop", [True, False], ids=["one-model-loop", "shared-loop"])
+async def test_a_short_leaf_runs_on_a_loop_that_serves_it_alone(
+    tmp_path: Path, on_loop: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ray replica's host (``execute_on_loop``): once a sync execute that names no server
+    call has run short, it runs on the event loop itself, without the thread hop; on one
+    server's shared loop it keeps its instance's thread."""
+    import threading
+
+    from modelyard.backends.python.server import inprocess
+
+    # "Short" whatever the machine's load (the thresholds are not what this tests).
+    monkeypatch.setattr(inprocess, "INLINE_MAX_S", 60.0)
+    monkeypatch.setattr(inprocess, "INLINE_NEVER_S", 60.0)
+    host = FakeHost()
+    host.execute_on_loop = on_loop
+    instance = InProcessInstance(_spec(tmp_path, LEAF, ("T",)), host)
+    await instance.start()
+    try:
+        threads = []
+        for _ in range(3):
+            response = await _run(instance)
+            assert response.error is None, response.error
+            data = response.outputs[0].data
+            assert data is not None
+            threads.append(int(data[0]))
+    finally:
+        await instance.stop()
+    loop_thread = threading.get_ident()
+    assert threads[0] != loop_thread  # the first run shows how long it takes
+    assert all((t == loop_thread) is on_loop for t in threads[1:])

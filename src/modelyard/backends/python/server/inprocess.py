@@ -208,7 +208,8 @@ class InProcessInstance(Instance):
 
     @property
     def inline_ok(self) -> bool:
-        """A sync execute that may run inline on the event loop (an async_exec() there): it
+        """A sync execute that may run inline on the event loop (an async_exec() there, or
+        any request where the host's loop serves this model alone: ``execute_on_loop``): it
         cannot block on the loop (its code names no BLS or model-control call, and it made
         none) and its executions have been short: on average, and never long."""
         return (
@@ -341,6 +342,9 @@ class InProcessInstance(Instance):
             task = asyncio.get_running_loop().create_task(coro)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            return
+        if self.host.execute_on_loop and self.inline_ok:
+            self.run_direct(batch)
             return
         try:
             returned = await asyncio.get_running_loop().run_in_executor(self._thread, run)
