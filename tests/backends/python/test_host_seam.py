@@ -191,16 +191,19 @@ class TritonPythonModel:
 """
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("on_loop", [True, False], ids=["one-model-loop", "shared-loop"])
-async def test_a_short_leaf_runs_on_a_loop_that_serves_it_alone(
-    tmp_path: Path, on_loop: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A Ray replica's host (``execute_on_loop``): once a sync execute that names no server
-    call has run short, it runs on the event loop itself, without the thread hop; on one
-    server's shared loop it keeps its instance's thread."""
-    import threading
+# A sync execute that hands back a coroutine, which Triton's stub awaits.
+DEFERRED = LEAF.replace(
+    "    def execute(self, requests):\n",
+    "    def execute(self, requests):\n        return self._later(requests)\n\n"
+    "    async def _later(self, requests):\n",
+)
 
+
+async def _threads(
+    tmp_path: Path, model: str, on_loop: bool, monkeypatch: pytest.MonkeyPatch
+) -> list[int]:
+    """The thread each of three runs of ``model`` executed on, its host's loop serving it
+    alone (``on_loop``) or not; every run must succeed."""
     from modelyard.backends.python.server import inprocess
 
     # "Short" whatever the machine's load (the thresholds are not what this tests).
@@ -208,7 +211,7 @@ async def test_a_short_leaf_runs_on_a_loop_that_serves_it_alone(
     monkeypatch.setattr(inprocess, "INLINE_NEVER_S", 60.0)
     host = FakeHost()
     host.execute_on_loop = on_loop
-    instance = InProcessInstance(_spec(tmp_path, LEAF, ("T",)), host)
+    instance = InProcessInstance(_spec(tmp_path, model, ("T",)), host)
     await instance.start()
     try:
         threads = []
@@ -220,6 +223,32 @@ async def test_a_short_leaf_runs_on_a_loop_that_serves_it_alone(
             threads.append(int(data[0]))
     finally:
         await instance.stop()
+    return threads
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("on_loop", [True, False], ids=["one-model-loop", "shared-loop"])
+async def test_a_short_leaf_runs_on_a_loop_that_serves_it_alone(
+    tmp_path: Path, on_loop: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ray replica's host (``execute_on_loop``): once a sync execute that names no server
+    call has run short, it runs on the event loop itself, without the thread hop; on one
+    server's shared loop it keeps its instance's thread."""
+    import threading
+
+    threads = await _threads(tmp_path, LEAF, on_loop, monkeypatch)
     loop_thread = threading.get_ident()
     assert threads[0] != loop_thread  # the first run shows how long it takes
     assert all((t == loop_thread) is on_loop for t in threads[1:])
+
+
+@pytest.mark.timeout(120)
+async def test_a_sync_execute_that_returns_a_coroutine_is_awaited_every_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never inline, where nothing could await what it returns: the coroutine runs on the
+    loop that awaits it, each time."""
+    import threading
+
+    threads = await _threads(tmp_path, DEFERRED, True, monkeypatch)
+    assert threads == [threading.get_ident()] * 3

@@ -46,10 +46,7 @@ from modelyard.backends.python.server.inprocess_runtime import (
     on_loop,
     tensor_data,
 )
-from modelyard.backends.python.server.isolation import (
-    import_isolated,
-    scan,
-)
+from modelyard.backends.python.server.isolation import import_isolated, scan
 from modelyard.backends.python.server.model_loop import ModelLoop
 from modelyard.backends.python.server.readiness import UserReadiness, check_result
 from modelyard.backends.python.server.reschedule import reschedule
@@ -97,6 +94,9 @@ class InProcessInstance(Instance):
         self._leaf = False
         self.calls_out = False  # set by the runtime on the model's first BLS or control call
         self._waits = False  # an execution took INLINE_NEVER_S or longer
+        # The sync execute returned a coroutine (Triton awaits it): it never runs inline,
+        # where nothing could await it.
+        self._returns_coroutine = False
         self._run_s = INLINE_MAX_S  # running average of execute's duration
         self._runs = 0
         self.phase = "starting"  # initialize -> ready -> finalize; BLS only when ready
@@ -217,6 +217,7 @@ class InProcessInstance(Instance):
             and self._leaf
             and not self.calls_out
             and not self._waits
+            and not self._returns_coroutine
             and self._runs > 0
             and self._run_s < INLINE_MAX_S
         )
@@ -311,6 +312,9 @@ class InProcessInstance(Instance):
         if self._no_execute:
             self._fail_with(batch, InternalError(self._no_execute))
             return
+        if self.host.execute_on_loop and self.inline_ok:
+            self.run_direct(batch)  # (it builds the model's requests itself)
+            return
         requests = [self._request(ctx) for ctx in batch]
         rt = self.runtime
 
@@ -343,12 +347,10 @@ class InProcessInstance(Instance):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
-        if self.host.execute_on_loop and self.inline_ok:
-            self.run_direct(batch)
-            return
         try:
             returned = await asyncio.get_running_loop().run_in_executor(self._thread, run)
             if asyncio.iscoroutine(returned):
+                self._returns_coroutine = True
                 await self._finish(batch, requests, returned)
                 return
             self._collect(batch, requests, returned)
