@@ -16,6 +16,7 @@ from typing import Any
 from modelyard import logs
 from modelyard.core.api import InferenceServer
 from modelyard.devices import supported_gpus
+from modelyard.event_loops import wants_uvloop
 from modelyard.fdlimit import raise_fd_limit
 from modelyard.frontends.base import Frontend
 from modelyard.frontends.cloud.options import check_environment, cloud_options
@@ -348,7 +349,6 @@ def serve(config: ServerConfig, setup: Any | None = None) -> int:
     retain_freed_memory(config.heap_retain_mb << 20)
     config = at_start(config)
     check_environment(config.cloud)
-    loop = os.environ.get("MODELYARD_EVENT_LOOP", "uvloop")
     if config.ray is not None:
         try:
             from modelyard.ray.driver import run
@@ -359,7 +359,7 @@ def serve(config: ServerConfig, setup: Any | None = None) -> int:
                 f"--ray needs Ray Serve, which is not installed ({e}): pip install 'modelyard[ray]'"
             ) from None
         code = run(config)
-    elif loop == "uvloop":
+    elif wants_uvloop():
         import uvloop
 
         code = uvloop.run(run_server(config, setup))

@@ -1,7 +1,7 @@
 """The environment ``modelyard serve`` and ``modelyard dev`` give gRPC. grpc reads it when it
 is first imported, and the command line's own modules import it (model configuration is
 tritonclient's protobuf), so the command applies it before importing them
-(``modelyard.cli.run``): this module imports nothing that imports grpc."""
+(``modelyard.cli.entry.run``): this module imports nothing that imports grpc."""
 
 from __future__ import annotations
 

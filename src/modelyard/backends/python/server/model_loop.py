@@ -17,6 +17,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from modelyard.event_loops import new_event_loop
+
 log = logging.getLogger("modelyard")
 
 T = TypeVar("T")
@@ -25,21 +27,12 @@ T = TypeVar("T")
 _STOP_S = 5.0
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    # uvloop where the server has it (its thread wake-ups are the cheaper half of each hop).
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 class ModelLoop:
     """A started event loop on a daemon thread; ``run`` awaits a coroutine on it from
     another loop; ``close`` cancels what is left and ends the thread."""
 
     def __init__(self, name: str) -> None:
-        self.loop = _new_loop()
+        self.loop = new_event_loop()  # (the server's kind: uvloop's wake-ups cost less)
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
