@@ -43,7 +43,7 @@ pytestmark = pytest.mark.timeout(600)  # the module's server starts in the first
 
 LOADED = [
     *("rx_add", "rx_count", "rx_gate", "rx_sync", "rx_async", "rx_seq", "rx_ver", "rx_victim"),
-    "rx_near",
+    *("rx_near", "rx_inline"),
 ]
 BLS_MODELS = ["bls_driver", "bls_echo", "bls_fail", "bls_versioned"]
 TIMEOUT_S = 60.0  # every client call is bounded by this
@@ -188,6 +188,29 @@ def test_calls_take_the_direct_path_once_they_know_it(
         return counts.get("node_a", 0) >= 6 and counts.get("node_b", 0) >= 3
 
     wait_until(both_direct, timeout=TIMEOUT_S, what="rx_near's replicas served directly")
+
+
+def test_an_in_process_replica_answers_each_request(served: RayServer) -> None:
+    """rx_inline runs in-process in its replica: its first execute on the instance's thread,
+    later short ones on the replica's loop (ModelHost.execute_on_loop; which loop a run takes
+    depends on timing, tests/backends/python/test_host_seam.py pins that down). Every answer,
+    over both protocols, is the model's."""
+    urls = served.urls("http")[0], served.urls("grpc")[0]
+    first = None
+    for i in range(20):
+        x = np.full(3, i, dtype=np.float32)
+        if i % 2 == 0:
+            res: Any = http(urls[0]).infer("rx_inline", [http_input("INPUT0", x)])
+        else:
+            res = grpcclient.InferenceServerClient(urls[1]).infer(
+                "rx_inline", [grpc_input("INPUT0", x)], client_timeout=TIMEOUT_S
+            )
+        np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), x * 2)
+        on_loop = res.as_numpy("ON_LOOP")
+        assert on_loop is not None and on_loop.dtype == np.bool_ and on_loop.shape == (1,)
+        if first is None:
+            first = bool(on_loop[0])
+    assert first is False  # the first run shows how long the model takes: on its thread
 
 
 def test_a_small_request_may_have_a_large_response(served: RayServer) -> None:
