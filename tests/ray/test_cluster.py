@@ -270,7 +270,9 @@ def test_decoupled_model_streams_to_grpc_client(served: RayServer) -> None:
 def test_model_cancels_its_decoupled_call(served: RayServer, tmp_path: Path) -> None:
     marker = tmp_path / "cancelled"
     report = ask(served.urls("http")[0], {"mode": "cancel", "marker": str(marker)})
-    assert report["data"] == 2
+    # The caller cancels after its second response; a third the callee had sent (every 50 ms)
+    # before the cancellation reached it across the nodes is still delivered, as under Triton.
+    assert report["data"] >= 2
     assert report["code"] == 7  # CANCELLED
     wait_until(marker.exists, timeout=TIMEOUT_S, what="the callee to see its cancellation")
 
