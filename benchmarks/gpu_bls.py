@@ -6,8 +6,9 @@ sends it to a callee (KIND_GPU, GPU 0) that hands it back as a GPU tensor; the c
 reads one element on the GPU. Request kinds, sent interleaved:
 
 - ``device``: the caller passes ``Tensor.from_dlpack(gpu_tensor)`` to the BLS request, the
-  callee returns ``Tensor.from_dlpack`` of what it got on its device: what a Triton model
-  does to pass a device tensor through BLS;
+  callee (``FORCE_CPU_ONLY_INPUT_TENSORS: "no"``) returns ``Tensor.from_dlpack`` of what it
+  got on its device: what a Triton model does to pass a device tensor through BLS. In
+  process mode the tensor travels as a host copy; in-process, as the same device memory;
 - ``host``: the baseline a model writes when BLS cannot take device tensors: ``.cpu()`` into
   a numpy ``Tensor``, and the callee copies it up to its GPU and back down;
 - ``none``: no BLS call (the request's fixed cost).
@@ -127,6 +128,7 @@ input [
 ]
 output [{ name: "OUT", data_type: TYPE_FP32, dims: [-1] }]
 instance_group [{ kind: KIND_GPU, gpus: [0] }]
+parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }
 """
 
 

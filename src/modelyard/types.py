@@ -6,7 +6,7 @@ Protocol-neutral: frontends translate their wire formats to and from these.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -105,6 +105,29 @@ def config_datatype(data_type: int | str) -> str:
     return "BYTES" if name == "STRING" else name
 
 
+class DeviceTensor(Protocol):
+    """GPU memory a tensor's elements are in (``Tensor.device``): a Python model's GPU tensor
+    passed through BLS. ``to_host()`` gives a host copy."""
+
+    @property
+    def device_id(self) -> int: ...
+
+    def to_host(self) -> np.ndarray[Any, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StagedOnHost:
+    """A GPU tensor a worker process copied to host memory on its way through the server
+    (process mode): ``to_host()`` is that copy; ``device_id`` is where it was made, and where
+    a model receiving it as a GPU tensor gets it again."""
+
+    device_id: int
+    array: np.ndarray[Any, Any]
+
+    def to_host(self) -> np.ndarray[Any, Any]:
+        return self.array
+
+
 @dataclass(slots=True)
 class Tensor:
     """A named tensor.
@@ -112,6 +135,8 @@ class Tensor:
     ``data`` is a numpy array of ``shape`` (BYTES: object array of ``bytes``). Frontends that
     receive raw bytes set ``raw`` instead and leave ``data`` as None; the core decodes ``raw``
     (a zero-copy view where possible) while validating, so size errors name the model.
+    ``device`` is set for a GPU tensor a model passed through BLS; ``data`` may then stay None
+    until something needs the elements on the host (:func:`host_data`).
     """
 
     name: str
@@ -120,10 +145,26 @@ class Tensor:
     data: np.ndarray[Any, Any] | None = None
     raw: bytes | bytearray | memoryview | None = None
     parameters: dict[str, ParamValue] = field(default_factory=dict)
+    device: DeviceTensor | None = None
 
     @classmethod
     def from_numpy(cls, name: str, array: np.ndarray[Any, Any]) -> Tensor:
         return cls(name, datatype_of(array.dtype), tuple(array.shape), array)
+
+
+def host_data(t: Tensor) -> np.ndarray[Any, Any]:
+    """The tensor's elements in host memory: ``data``, or, for a GPU tensor that has none yet,
+    a copy of its device memory (made once, then kept in ``data``)."""
+    if t.data is None:
+        if t.device is None:
+            raise ValueError(f"tensor '{t.name}' has no data")
+        t.data = t.device.to_host().reshape(t.shape)
+    return t.data
+
+
+# InferRequest.output_device: every output in host memory, or a GPU output where it was made.
+HOST_OUTPUTS = -2
+AS_PRODUCED = -1
 
 
 @dataclass(slots=True)
@@ -146,6 +187,10 @@ class InferRequest:
     flags: int = 0  # SEQUENCE_START | SEQUENCE_END
     priority: int = 0
     timeout_us: int = 0
+    # Where GPU outputs go (a BLS call's preferred memory): HOST_OUTPUTS, the default, gives
+    # every output in host memory (what frontends send); AS_PRODUCED leaves a GPU output on its
+    # device (Tensor.device); a GPU id >= 0 asks for every output on that device.
+    output_device: int = HOST_OUTPUTS
     # Inputs / outputs bound to client shared-memory regions (serving/shm_regions.ClientRef by
     # tensor name): a Python worker maps those regions itself instead of copying.
     shm_inputs: dict[str, Any] | None = None

@@ -1,5 +1,6 @@
 """The little of CUDA a GPU ``pb_utils.Tensor`` needs: wait for a producer's work on a
-device, and copy device memory to the host.
+device, copy device memory to and from the host, and allocate device memory that is freed
+when its owner goes.
 
 Through ``cuda-python``'s runtime bindings when they can talk to the driver, else through
 torch (``torch.cuda``); a process with neither has no way to touch a GPU, and a GPU tensor is
@@ -12,13 +13,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from ._errors import TritonModelException
 
-__all__ = ["CudaRuntime", "runtime"]
+__all__ = ["CudaRuntime", "available", "runtime"]
 
 NO_GPU_TEXT = (
     "DLPack capsule passed pointer to memory allocated on GPU device,           when GPU is "
@@ -38,6 +40,12 @@ class CudaRuntime(Protocol):
 
     def copy_to_host(self, src: int, dst: int, nbytes: int, device_id: int) -> None:
         """Copy ``nbytes`` of device memory at ``src`` to host memory at ``dst``."""
+
+    def copy_to_device(self, src: int, dst: int, nbytes: int, device_id: int) -> None:
+        """Copy ``nbytes`` of host memory at ``src`` to device memory at ``dst``."""
+
+    def allocate(self, nbytes: int, device_id: int) -> tuple[int, Any]:
+        """``nbytes`` of memory on ``device_id``: (address, owner); freed when the owner goes."""
 
 
 class _CudaPython:
@@ -78,6 +86,29 @@ class _CudaPython:
                 self._rt.cudaMemcpy(dst, src, nbytes, kind), "cudaMemcpy to the host failed"
             )
 
+    def copy_to_device(self, src: int, dst: int, nbytes: int, device_id: int) -> None:
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        with self.on_device(device_id):
+            self._check(
+                self._rt.cudaMemcpy(dst, src, nbytes, kind), "cudaMemcpy to the device failed"
+            )
+
+    def allocate(self, nbytes: int, device_id: int) -> tuple[int, Any]:
+        with self.on_device(device_id):
+            address = int(
+                self._check(
+                    self._rt.cudaMalloc(max(nbytes, 1)),
+                    f"Failed to allocate {nbytes} bytes on CUDA device {device_id}",
+                )
+            )
+        owner = _Allocation()
+        weakref.finalize(owner, self._free, address, device_id)
+        return address, owner
+
+    def _free(self, address: int, device_id: int) -> None:
+        with self.on_device(device_id):
+            self._rt.cudaFree(address)
+
 
 class _Torch:
     """torch.cuda: a device-wide synchronize, and copies through a DLPack view."""
@@ -103,6 +134,29 @@ class _Torch:
             source = torch.utils.dlpack.from_dlpack(capsule)
             host = torch.from_numpy(_host_bytes(dst, nbytes))
             host.copy_(source)
+
+    def copy_to_device(self, src: int, dst: int, nbytes: int, device_id: int) -> None:
+        from . import _dlpack
+
+        torch = self._torch
+        capsule = _dlpack.make_capsule(
+            dst, _dlpack.KDL_CUDA, device_id, (nbytes,), (_dlpack.KDL_UINT, 8, 1), None
+        )
+        with self.on_device(device_id):
+            target = torch.utils.dlpack.from_dlpack(capsule)
+            target.copy_(torch.from_numpy(_host_bytes(src, nbytes)))
+            torch.cuda.synchronize(device_id)
+
+    def allocate(self, nbytes: int, device_id: int) -> tuple[int, Any]:
+        torch = self._torch
+        owner = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{device_id}")
+        return int(owner.data_ptr()), owner
+
+
+class _Allocation:
+    """The owner of memory ``_CudaPython.allocate`` made (its finalizer frees it)."""
+
+    __slots__ = ("__weakref__",)
 
 
 def _host_bytes(address: int, nbytes: int) -> Any:
@@ -130,6 +184,11 @@ def _detect() -> CudaRuntime | None:
     if torch.cuda.is_available():
         return _Torch(torch)
     return None
+
+
+def available() -> bool:
+    """Whether this process can use a GPU (cuda-python or torch, a driver and a device)."""
+    return _detect() is not None
 
 
 def runtime() -> CudaRuntime:

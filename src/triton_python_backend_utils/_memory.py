@@ -140,3 +140,13 @@ class DeviceMemory:
         if self.nbytes:
             _cuda.runtime().copy_to_host(self.data, out.ctypes.data, self.nbytes, self.device_id)
         return out
+
+    @classmethod
+    def upload(cls, array: npt.NDArray[Any], code: int, device_id: int) -> DeviceMemory:
+        """A copy of a host array in new memory on ``device_id`` (freed with the copy)."""
+        array = np.ascontiguousarray(array)
+        cuda = _cuda.runtime()
+        address, owner = cuda.allocate(array.nbytes, device_id)
+        if array.nbytes:
+            cuda.copy_to_device(array.ctypes.data, address, array.nbytes, device_id)
+        return cls(address, device_id, tuple(array.shape), code, owner)

@@ -122,6 +122,24 @@ class Tensor:
             return self._gpu.to_host()
         return self._array
 
+    def _on_host(self) -> Tensor:
+        """This tensor in host memory (a GPU tensor's copy)."""
+        if self._gpu is None:
+            return self
+        return Tensor._from_server(self._name, self._gpu.to_host(), self._code)
+
+    def _to_device(self, device_id: int) -> Tensor:
+        """This tensor on GPU ``device_id``: itself when it is there, else a copy. BYTES
+        tensors stay on the host, and so does everything where no GPU can be used (Triton
+        then falls back to CPU memory)."""
+        gpu = self._gpu
+        if gpu is not None and gpu.device_id == device_id:
+            return self
+        if self._code == BYTES_CODE or not _cuda.available():
+            return self
+        memory = DeviceMemory.upload(self._host_array(), self._code, device_id)
+        return Tensor._from_device(self._name, memory)
+
     # -- DLPack ----------------------------------------------------------------------------
 
     def to_dlpack(self) -> Any:

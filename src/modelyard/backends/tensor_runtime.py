@@ -22,7 +22,7 @@ import numpy as np
 from modelyard.backends.instance import Instance
 from modelyard.errors import InternalError, ModelyardError
 from modelyard.serving.context import RequestContext
-from modelyard.types import InferResponse, Tensor, config_datatype, numpy_dtype
+from modelyard.types import InferResponse, Tensor, config_datatype, host_data, numpy_dtype
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 
@@ -186,7 +186,7 @@ class TensorRuntimeInstance(Instance):
 def _input(ctx: RequestContext, name: str) -> np.ndarray[Any, Any] | None:
     for t in ctx.request.inputs:
         if t.name == name:
-            return t.data
+            return host_data(t) if t.device is not None else t.data
     return None
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from modelyard import tensor_bytes
 from modelyard.serving.context import RequestContext
 from modelyard.serving.stats import ModelStats
-from modelyard.types import InferRequest, InferResponse, ParamValue, Tensor
+from modelyard.types import InferRequest, InferResponse, ParamValue, Tensor, host_data
 
 log = logging.getLogger("modelyard")
 
@@ -101,7 +101,7 @@ class ResponseCache:
         h.update(f"{request.model_name}\0{request.model_version}\0".encode())
         for t in sorted(request.inputs, key=lambda t: t.name):
             h.update(f"{t.name}\0{t.datatype}\0{t.shape}\0".encode())
-            data = t.data
+            data = host_data(t) if t.device is not None else t.data
             if data is None:
                 h.update(bytes(t.raw or b""))
             elif data.dtype.kind == "O":
@@ -131,8 +131,8 @@ class ResponseCache:
         outputs = []
         size = 0
         for t in response.outputs:
-            if t.data is not None:
-                array = _frozen(t.data)
+            if t.data is not None or t.device is not None:
+                array = _frozen(host_data(t))
             else:
                 array = _frozen(tensor_bytes.array_from_raw(t.datatype, t.shape, t.raw or b""))
             outputs.append((t.name, t.datatype, t.shape, array))

@@ -150,6 +150,8 @@ def _count_message(request: InferRequest, sig: ModelSignature) -> str:
 def _decode(request: InferRequest, tensor: Tensor, model: str) -> None:
     """Turn ``raw`` bytes into ``data`` (a zero-copy view for fixed-size types)."""
     if tensor.raw is None:
+        if tensor.data is None and tensor.device is not None:
+            return  # a GPU tensor from a model (BLS): its shape was checked where it was made
         if tensor.data is None:
             raise InvalidArgument(
                 f"{_rid(request)}input '{tensor.name}' has no data for model '{model}'"

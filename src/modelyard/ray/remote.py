@@ -29,7 +29,7 @@ from modelyard.ray.direct import ASK_TIMEOUT_S, Routes
 from modelyard.ray.table import DEPLOYMENT, VersionRecord
 from modelyard.scheduling.base import refusal
 from modelyard.serving.context import RequestContext
-from modelyard.types import InferRequest, InferResponse
+from modelyard.types import InferRequest, InferResponse, StagedOnHost, host_data
 
 log = logging.getLogger("modelyard")
 
@@ -231,7 +231,13 @@ LARGE_INPUT = 100 * 1024
 
 def _large(request: InferRequest) -> bool:
     for t in request.inputs:
-        size = t.data.nbytes if t.data is not None else len(t.raw) if t.raw is not None else 0
+        size = (
+            t.data.nbytes
+            if t.data is not None
+            else len(t.raw)
+            if t.raw is not None
+            else LARGE_INPUT * (t.device is not None)
+        )
         if size >= LARGE_INPUT:
             return True
     return False
@@ -242,6 +248,10 @@ def _wire(request: InferRequest) -> InferRequest:
     a process and are not served on a cluster)."""
     if request.shm_inputs or request.shm_outputs:
         raise InternalError("client shared memory is not available on a Ray cluster")
+    for t in request.inputs:
+        if t.device is not None and not isinstance(t.device, StagedOnHost):
+            # GPU memory of this process: the replica gets a host copy that remembers its GPU
+            t.device = StagedOnHost(t.device.device_id, host_data(t))
     return request
 
 

@@ -336,4 +336,4 @@ def _downstream(steps: list[Step]) -> list[set[int]]:
 
 
 def _renamed(t: Tensor, name: str) -> Tensor:
-    return Tensor(name, t.datatype, t.shape, t.data, t.raw, t.parameters)
+    return Tensor(name, t.datatype, t.shape, t.data, t.raw, t.parameters, t.device)

@@ -21,12 +21,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import triton_python_backend_utils as pb
-from modelyard.backends.python.server.inprocess_runtime import tensor_data
 from modelyard.core.host import CoreHost
 from modelyard.core.loader import read_config
 from modelyard.errors import Cancelled, ErrorCode, InternalError, ModelyardError
 from modelyard.serving.context import RequestContext, ResponseCallback
-from modelyard.types import InferRequest, InferResponse, Tensor, datatype_of
+from modelyard.types import InferRequest, InferResponse, Tensor, datatype_of, host_data
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
@@ -219,7 +218,7 @@ def call_fake(fake: Fake, request: InferRequest, decoupled: bool) -> list[InferR
 
 def _pb_request(request: InferRequest) -> Any:
     """The request as a model receives it (what a fake is called with)."""
-    inputs = [pb.Tensor._from_server(t.name, tensor_data(t)) for t in request.inputs]
+    inputs = [pb.Tensor._from_server(t.name, host_data(t)) for t in request.inputs]
     names = [o.name for o in request.outputs] if request.outputs else []
     return pb.InferenceRequest._from_server(
         request_id=request.id,

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from modelyard.tracing.config import LEVEL_TENSORS, LEVEL_TIMESTAMPS, MODE_TRITON
+from modelyard.types import host_data
 
 if TYPE_CHECKING:
     from modelyard.tracing.settings import TraceSetting
@@ -209,7 +210,7 @@ class RequestTrace:
         self.inputs: list[tuple[str, str, Any]] | None = None
         self.outputs: list[tuple[str, str, Any]] = []
         if trace.level & LEVEL_TENSORS and trace.triton_file:
-            self.inputs = [(t.name, t.datatype, t.data) for t in request.inputs]
+            self.inputs = [(t.name, t.datatype, _elements(t)) for t in request.inputs]
         trace.requests.append(self)
 
     # -- links for the requests this one makes ---------------------------------------------
@@ -274,7 +275,7 @@ class RequestTrace:
         if self.decoupled and self.parent_id:
             self.span.events.append((RESPONSE_EVENT, now))
         if self.inputs is not None:
-            self.outputs += [(t.name, t.datatype, t.data) for t in response.outputs]
+            self.outputs += [(t.name, t.datatype, _elements(t)) for t in response.outputs]
         if response.final:
             self.finish(ctx, now, response.error)
 
@@ -339,3 +340,10 @@ class TraceLink:
         return RequestTrace(
             parent.trace, self.span_id, parent.id, request, version, decoupled, compute
         )
+
+
+def _elements(t: Any) -> Any:
+    """A tensor's elements for a tensor-level trace: a GPU tensor's as a host copy."""
+    if t.data is None and t.device is not None:
+        return host_data(t)
+    return t.data

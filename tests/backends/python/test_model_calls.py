@@ -14,6 +14,7 @@ import pytest
 import triton_python_backend_utils as pb
 from modelyard.backends.python.protocol import model_calls
 from modelyard.backends.python.protocol.model_calls import Failure, ResponseStream
+from modelyard.devices import discover_gpus
 from modelyard.errors import ErrorCode
 from modelyard.testing import load_model
 
@@ -161,3 +162,50 @@ def test_a_model_without_execute_gets_tritons_error_in_process(tmp_path: Path) -
     expected = model_calls.no_execute_text(str(model / "1" / "model.py"))
     assert error.message() == expected
     assert expected.endswith("does not implement `execute` method.")
+
+
+# -- GPU tensors through BLS: Triton's placement rules --------------------------------------
+
+
+def test_a_bls_output_goes_where_preferred_memory_says() -> None:
+    cpu = pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 3)
+    gpu = pb.PreferredMemory(pb.TRITONSERVER_MEMORY_GPU, 1)
+    none = pb.InferenceRequest(model_name="m", inputs=[], requested_output_names=[])
+    placements = [model_calls.output_placement(p) for p in (none._preferred_memory, cpu, gpu)]
+    assert placements == [model_calls.AS_PRODUCED, model_calls.HOST_OUTPUTS, 1]
+    # (placement, where the output was made) -> the GPU it goes to, None for host memory
+    cases = {
+        (model_calls.AS_PRODUCED, None): None,
+        (model_calls.AS_PRODUCED, 2): 2,
+        (model_calls.HOST_OUTPUTS, 2): None,
+        (1, None): 1,
+        (1, 0): 1,
+    }
+    for (placement, made_on), device in cases.items():
+        assert model_calls.target_device(placement, made_on) == device
+
+
+def test_force_cpu_only_input_tensors_takes_yes_or_no() -> None:
+    def config(value: str | None) -> dict[str, Any]:
+        params = {} if value is None else {model_calls.FORCE_CPU_ONLY: {"string_value": value}}
+        return {"parameters": params}
+
+    assert [model_calls.gpu_inputs(config(v)) for v in (None, "yes", "no")] == [
+        False,
+        False,
+        True,
+    ]
+    with pytest.raises(Failure) as e:
+        model_calls.gpu_inputs(config("No"))
+    assert (e.value.code, e.value.message) == (
+        ErrorCode.UNSUPPORTED,
+        "Incorrect value for FORCE_CPU_ONLY_INPUT_TENSORS: No'",
+    )
+
+
+@pytest.mark.skipif(bool(discover_gpus().devices), reason="this machine has a GPU")
+def test_host_tensors_stay_on_the_host_without_a_gpu() -> None:
+    # preferred_memory GPU on a machine without one: Triton falls back to CPU memory.
+    t = pb.Tensor("x", np.arange(3, dtype=np.float32))
+    assert model_calls.placed(t, None) is t
+    assert model_calls.placed(t, 0).is_cpu()

@@ -1,7 +1,8 @@
 """Instance placement through the real server on a machine without GPUs (tests/gpu has the
 same models on a GPU): KIND_GPU groups fail their load with Triton's texts while the other
 models serve, KIND_AUTO becomes KIND_CPU in the config endpoint and in initialize's args,
-and --min-supported-compute-capability is Triton's flag (a bad value is one argparse line)."""
+--min-supported-compute-capability is Triton's flag (a bad value is one argparse line), and
+FORCE_CPU_ONLY_INPUT_TENSORS takes "yes" or "no" only, as Triton checks it at load."""
 
 from __future__ import annotations
 
@@ -28,10 +29,13 @@ pytestmark = [
     ),
 ]
 
+_FORCE = 'parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "%s" } }'
 GROUPS = {
     "place_gpu": "instance_group [{ kind: KIND_GPU }]",
     "place_gpu_ids": "instance_group [{ name: 'g', kind: KIND_GPU, gpus: [0, 1] }]",
     "place_auto": "instance_group [{ kind: KIND_AUTO, count: 2 }]",
+    "force_no": _FORCE % "no",
+    "force_maybe": _FORCE % "maybe",
 }
 
 
@@ -92,3 +96,17 @@ def test_a_bad_compute_capability_is_one_line(tmp_path: Path) -> None:
         "modelyard serve: error: argument --min-supported-compute-capability: expected a "
         "number, got 'seven'"
     )
+
+
+def test_force_cpu_only_input_tensors_is_yes_or_no(served: ServerProcess) -> None:
+    client = httpclient.InferenceServerClient(served.http_url, network_timeout=WAIT_S)
+    try:
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        result = client.infer("force_no", [http_input("IN", np.array([1], np.int32), "INT32")])
+    finally:
+        client.close()
+    assert index["force_maybe"]["state"] == "UNAVAILABLE"
+    assert index["force_maybe"]["reason"].endswith(
+        "Incorrect value for FORCE_CPU_ONLY_INPUT_TENSORS: maybe'"
+    )
+    assert json.loads(result.as_numpy("ARGS")[0])["model_instance_kind"] == "CPU"

@@ -60,3 +60,28 @@ def test_full_shm_degrades_to_inline() -> None:
     big = np.zeros(4 << 20, dtype=np.uint8)  # over the pool's limit
     assert type(shm.pack("X", "UINT8", big, pool)[3]) is bytes
     pool.close()
+
+
+def test_a_gpu_tensors_host_copy_is_marked_with_its_device() -> None:
+    """Process mode: a model's GPU tensor travels as its host copy marked with its device, so
+    the model receiving it can have it on that GPU again; the segment under the mark is
+    still tracked (and freed) as any other."""
+    import msgspec
+
+    pool = shm.ShmPool(f"modelyard-test-{os.getpid()}-g")
+    released: list[str] = []
+    mapper = shm.ShmMapper(released.append)
+    try:
+        for arr in (np.arange(4, dtype=np.float32), np.arange(100_000, dtype=np.float32)):
+            plain = shm.pack("X", "FP32", arr, pool)
+            marked = shm.on_gpu(plain, 3)
+            # (through a frame, as between the processes: tuples become lists)
+            wire = msgspec.msgpack.decode(msgspec.msgpack.encode(marked))
+            assert (shm.gpu_of(wire), shm.gpu_of(plain)) == (3, None)
+            _name, dt, view = shm.unpack(wire, mapper)
+            assert dt == "FP32" and (view == arr).all()
+            plain_wire = msgspec.msgpack.decode(msgspec.msgpack.encode(plain))
+            assert shm.segments([wire]) == shm.segments([plain_wire])
+            assert len(shm.segments([wire])) == (arr.nbytes >= shm.INLINE_LIMIT)
+    finally:
+        pool.close()

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Protocol
 from modelyard.backends.python.protocol import release_flags
 from modelyard.backends.python.protocol.error_text import forked_bls_text
 from modelyard.errors import ErrorCode
+from modelyard.types import AS_PRODUCED, HOST_OUTPUTS
 
 # Waiting for a BLS reply is bounded even when the request sets no timeout: the server's
 # deadlock detection answers cycles at once, so this only guards against a call lost on the
@@ -186,23 +187,24 @@ def version_text(version: Any) -> str:
 
 
 class BlsCall(NamedTuple):
-    """What a model's BLS request carries to the server (both modes read it here): inputs as
-    (name, host array) in the model's order."""
+    """What a model's BLS request carries to the server (both modes read it here): its input
+    ``pb_utils.Tensor`` objects in the model's order (GPU ones too: each side decides how a GPU
+    tensor travels), and where the caller wants the outputs (``placement``)."""
 
     model_name: str
     version: str
     request_id: str
     correlation_id: int | str
     flags: int
-    inputs: list[tuple[str, Any]]
+    inputs: list[Any]
     outputs: list[str]
     parameters: dict[str, Any]
     timeout_us: int
+    placement: int
 
 
 def bls_call(request: Any) -> BlsCall:
-    """Read a ``pb_utils.InferenceRequest`` the model executes (a GPU input: copied to the
-    host)."""
+    """Read a ``pb_utils.InferenceRequest`` the model executes."""
     params = request._params
     if params is None:
         text = request.parameters()
@@ -213,19 +215,67 @@ def bls_call(request: Any) -> BlsCall:
         request.request_id(),
         request.correlation_id(),
         request.flags(),
-        [(t.name(), t._host_array()) for t in request.inputs()],
+        list(request.inputs()),
         list(request.requested_output_names()),
         dict(params),
         int(request.timeout() or 0),
+        output_placement(request._preferred_memory),
     )
 
 
+# -- GPU tensors through BLS -------------------------------------------------------------------
+# Triton's rules: a BLS output comes back where the callee made it (a GPU tensor stays on its
+# GPU), unless the call's preferred_memory names CPU or a GPU; a model receives GPU inputs only
+# with FORCE_CPU_ONLY_INPUT_TENSORS "no" (BYTES always on the CPU).
+
+_MEMORY_CPU = 1  # pb_utils.TRITONSERVER_MEMORY_CPU (GPU is 0)
+FORCE_CPU_ONLY = "FORCE_CPU_ONLY_INPUT_TENSORS"
+
+
+def output_placement(preferred: Any) -> int:
+    """Where a BLS call's outputs go: AS_PRODUCED, HOST_OUTPUTS or a GPU id, from its
+    ``pb_utils.PreferredMemory``."""
+    kind = preferred._memory_type
+    if kind is None:
+        return AS_PRODUCED
+    if int(kind) == _MEMORY_CPU:
+        return HOST_OUTPUTS
+    return max(int(preferred._device_id), 0)
+
+
+def target_device(placement: int, made_on: int | None) -> int | None:
+    """The GPU a BLS output goes to (None: host memory), given where it was made."""
+    if placement == AS_PRODUCED:
+        return made_on
+    return None if placement == HOST_OUTPUTS else placement
+
+
+def placed(tensor: Any, device: int | None) -> Any:
+    """``tensor`` (a ``pb_utils.Tensor``) on GPU ``device``, or in host memory for None."""
+    if device is None:
+        return tensor if tensor.is_cpu() else tensor._on_host()
+    return tensor._to_device(device)
+
+
+def gpu_inputs(config: dict[str, Any]) -> bool:
+    """Whether a model receives GPU inputs as GPU tensors (``FORCE_CPU_ONLY_INPUT_TENSORS``
+    "no"); any value but "yes" and "no" fails the load with Triton's text."""
+    entry = config.get("parameters", {}).get(FORCE_CPU_ONLY)
+    value = entry.get("string_value", "") if isinstance(entry, dict) else None
+    if value is None or value == "yes":
+        return False
+    if value == "no":
+        return True
+    raise Failure(ErrorCode.UNSUPPORTED, f"Incorrect value for {FORCE_CPU_ONLY}: {value}'")
+
+
 class ResponseParts(NamedTuple):
-    """What a model's response carries to the server: its error (text, code), or the outputs
-    the request asked for, as (name, host array) in the model's order, and its parameters."""
+    """What a model's response carries to the server: its error (text, code), or the output
+    ``pb_utils.Tensor`` objects the request asked for, in the model's order (GPU ones too), and
+    its parameters."""
 
     error: tuple[str, ErrorCode] | None
-    outputs: list[tuple[str, Any]]
+    outputs: list[Any]
     parameters: dict[str, Any] | None
 
 
@@ -236,11 +286,7 @@ def response_parts(response: Any, output_names: Collection[str] | None) -> Respo
     if err is not None:
         return ResponseParts((err.message(), err.code()), [], None)
     wanted = None if output_names is None else set(output_names)
-    outputs = [
-        (t.name(), t._host_array())  # (a GPU output: copied to the host)
-        for t in response.output_tensors()
-        if wanted is None or t.name() in wanted
-    ]
+    outputs = [t for t in response.output_tensors() if wanted is None or t.name() in wanted]
     return ResponseParts(None, outputs, response._params or None)
 
 

@@ -189,14 +189,42 @@ def pack(name: str, datatype: str, array: np.ndarray[Any, Any], pool: ShmPool) -
     return (name, datatype, shape, (seg.name, array.nbytes))
 
 
+# A GPU tensor travels as a host copy wrapped with the device it came from, [ON_GPU, device id,
+# payload], so the model receiving it can get it on that device again (process mode).
+ON_GPU = "@gpu"
+
+
+def on_gpu(packed: PackedTensor, device_id: int) -> PackedTensor:
+    """``packed`` marked as the host copy of a tensor made on GPU ``device_id``."""
+    name, datatype, shape, data = packed
+    return (name, datatype, shape, [ON_GPU, device_id, data])
+
+
+def pack_model_tensor(tensor: Any, pool: ShmPool) -> PackedTensor:
+    """A model's ``pb_utils.Tensor`` for a frame: a GPU tensor as its host copy, marked."""
+    packed = pack_array(tensor.name(), tensor._host_array(), pool)
+    gpu = tensor._gpu
+    return packed if gpu is None else on_gpu(packed, gpu.device_id)
+
+
+def gpu_of(packed: PackedTensor) -> int | None:
+    """The GPU a packed tensor came from (:func:`on_gpu`), or None for a host tensor."""
+    data = packed[3]
+    if type(data) is list and len(data) == 3 and data[0] == ON_GPU:
+        return int(data[1])
+    return None
+
+
 def unpack(packed: PackedTensor, mapper: ShmMapper) -> tuple[str, str, np.ndarray[Any, Any]]:
     """Name, datatype and array of a packed tensor (a view of the frame's bytes or the
-    segment)."""
+    segment; a GPU tensor's host copy)."""
     name, datatype, shape, data = packed
     if type(data) is bytes:
         return name, datatype, np.frombuffer(data, dtype=numpy_dtype(datatype)).reshape(shape)
     if isinstance(data, np.ndarray):
         return name, datatype, data
+    if len(data) == 3 and data[0] == ON_GPU:
+        return unpack((name, datatype, shape, data[2]), mapper)
     segment, nbytes = data
     return name, datatype, mapper.view(segment, datatype, shape, nbytes)
 
@@ -205,6 +233,8 @@ def segments(tensors: list[PackedTensor]) -> list[str]:
     """The names of the pool segments ``tensors`` refer to."""
     out = []
     for _, _, _, data in tensors:
+        if type(data) is list and len(data) == 3 and data[0] == ON_GPU:
+            data = data[2]
         # [segment, nbytes] (a client region's output is [WRITTEN, nbytes]: not a segment)
         if type(data) is list and len(data) == 2 and type(data[0]) is str and data[0][:1] != "@":
             out.append(data[0])

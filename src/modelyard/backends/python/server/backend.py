@@ -4,6 +4,7 @@ and creates its instances, in worker processes or in-process."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 
 from modelyard.backends.instance import Instance
 from modelyard.backends.loader import LoadOptions, PreparedModel
+from modelyard.backends.python.protocol.model_calls import Failure, gpu_inputs
 from modelyard.backends.python.server import exec_env
 from modelyard.backends.python.server.process_instance import PythonWorker, WorkerSpec
 from modelyard.backends.python.server.restart import RestartPolicy
@@ -251,6 +253,10 @@ def create_instances(
     A GPU instance is only told its device (``model_instance_device_id``): the model picks
     it, with every GPU of the process visible, as under Triton."""
     config_json = config_to_json(cfg)
+    try:
+        gpu_inputs(json.loads(config_json))  # (Triton's check of the value, at load)
+    except Failure as f:
+        raise ModelyardError(f.message, f.code) from None
     mode = execution_mode(cfg, opts)
     instances: list[Instance] = []
     for placement in instance_placements(cfg):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from modelyard import logs
-from modelyard.backends.python.protocol import framing, tensor_pool
+from modelyard.backends.python.protocol import framing
 from modelyard.backends.python.protocol.messages import (
     Bls,
     BlsResponse,
@@ -27,10 +27,11 @@ from modelyard.backends.python.protocol.messages import (
     Response,
     UnloadModel,
 )
+from modelyard.backends.python.server.packing import unpack_tensor
 from modelyard.errors import Cancelled, ModelyardError
 from modelyard.serving.context import RequestContext
 from modelyard.serving.host import ModelHost, ModelLogRecord
-from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from modelyard.types import AS_PRODUCED, InferRequest, InferResponse, RequestedOutput
 
 if TYPE_CHECKING:
     from modelyard.backends.python.server.process_instance import PythonWorker
@@ -246,10 +247,7 @@ class WorkerCalls:
             self.worker.send(result)
 
     def _request(self, msg: Bls) -> InferRequest:
-        inputs = []
-        for packed in msg.inputs:
-            name, datatype, arr = tensor_pool.unpack(packed, self.worker.mapper)
-            inputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
+        inputs = [unpack_tensor(packed, self.worker.mapper) for packed in msg.inputs]
         outputs = [RequestedOutput(n) for n in msg.outputs] or None
         return InferRequest(
             model_name=msg.model_name,
@@ -261,6 +259,9 @@ class WorkerCalls:
             correlation_id=msg.correlation_id,
             flags=msg.flags,
             timeout_us=msg.timeout_us,
+            # (a GPU output of an in-process callee stays marked with its GPU: the calling
+            # worker places it as its preferred_memory asks)
+            output_device=AS_PRODUCED,
         )
 
     def _payload(self, resp: InferResponse) -> Response | None:

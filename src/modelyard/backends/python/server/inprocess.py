@@ -14,6 +14,7 @@ own ``helper.py`` each keep theirs.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -29,6 +30,7 @@ from modelyard.backends.python.protocol.error_text import batch_error, format_ex
 from modelyard.backends.python.protocol.model_calls import (
     Failure,
     check_returned,
+    gpu_inputs,
     initialize_args,
     model_class,
     no_execute_text,
@@ -42,9 +44,10 @@ from modelyard.backends.python.server.inprocess_runtime import (
     PARENTS,
     TLS,
     InProcessRuntime,
+    core_tensor,
     first_traced,
     on_loop,
-    tensor_data,
+    pb_tensor,
 )
 from modelyard.backends.python.server.isolation import import_isolated, scan
 from modelyard.backends.python.server.model_loop import ModelLoop
@@ -53,7 +56,7 @@ from modelyard.backends.python.server.reschedule import reschedule
 from modelyard.errors import InternalError, ModelyardError
 from modelyard.serving.context import RequestContext
 from modelyard.serving.host import ModelHost
-from modelyard.types import InferResponse, Tensor, datatype_of
+from modelyard.types import AS_PRODUCED, HOST_OUTPUTS, InferResponse, Tensor, datatype_of, host_data
 
 if TYPE_CHECKING:
     from modelyard.backends.python.server.process_instance import WorkerSpec
@@ -87,6 +90,7 @@ class InProcessInstance(Instance):
         self.sync_execute = False
         self._no_execute = ""  # Triton's error for every request when the model has no execute
         self.iterative = release_flags.is_iterative(spec.config_json)
+        self.gpu_inputs = gpu_inputs(json.loads(spec.config_json))  # (checked at load)
         self._user_ready = UserReadiness(self.name, self._probe_is_ready)
         self._ready_thread: ThreadPoolExecutor | None = None  # runs a sync is_ready()
         # Whether execute may run inline on the event loop (see inline_ok): the model's code
@@ -246,7 +250,10 @@ class InProcessInstance(Instance):
         sender = pb.InferenceResponseSender(  # type: ignore[attr-defined]
             deliver, self.spec.decoupled, lambda: ctx.cancelled
         )
-        inputs = [pb.Tensor._from_server(t.name, tensor_data(t)) for t in r.inputs]
+        if self.gpu_inputs:  # (FORCE_CPU_ONLY_INPUT_TENSORS "no")
+            inputs = [pb_tensor(t, AS_PRODUCED) for t in r.inputs]
+        else:
+            inputs = [pb.Tensor._from_server(t.name, host_data(t)) for t in r.inputs]
         return pb.InferenceRequest._from_server(
             request_id=r.id,
             correlation_id=r.correlation_id,
@@ -274,8 +281,14 @@ class InProcessInstance(Instance):
             out.error = ModelyardError(*parts.error)
             out.model_error = True
             return out
-        for name, arr in parts.outputs:
-            out.outputs.append(Tensor(name, datatype_of(arr.dtype), tuple(arr.shape), arr))
+        keep_device = r.output_device != HOST_OUTPUTS  # (a BLS caller's request)
+        for t in parts.outputs:
+            gpu = t._gpu
+            if gpu is not None and keep_device:
+                out.outputs.append(core_tensor(t))
+                continue
+            arr = t._host_array()
+            out.outputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
         if parts.parameters:
             out.parameters = dict(parts.parameters)
         return out

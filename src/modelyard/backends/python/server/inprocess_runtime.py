@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import logging
 import os
 import queue as queue_mod
@@ -28,8 +29,10 @@ from modelyard.backends.python.protocol.model_calls import (
     error_response,
     forked_response,
     forked_text,
+    placed,
     reply_wait_s,
     resolved,
+    target_device,
     timeout_response,
 )
 from modelyard.backends.python.server.bls import link_to_parents, start_bls
@@ -37,7 +40,17 @@ from modelyard.errors import InternalError, ModelyardError
 from modelyard.serving.context import RequestContext
 from modelyard.serving.host import ModelHost, ModelLogRecord
 from modelyard.tracing.trace import RequestTrace, Span
-from modelyard.types import InferRequest, InferResponse, RequestedOutput, Tensor, datatype_of
+from modelyard.types import (
+    HOST_OUTPUTS,
+    InferRequest,
+    InferResponse,
+    RequestedOutput,
+    Tensor,
+    datatype_of,
+    host_data,
+)
+from triton_python_backend_utils._memory import DeviceMemory
+from triton_python_backend_utils._types import TRITON_CODE_TO_NAME
 
 if TYPE_CHECKING:
     from modelyard.backends.python.server.inprocess import InProcessInstance
@@ -85,7 +98,7 @@ class InProcessRuntime:
         current = CURRENT.get()
         return InferRequest(
             model_name=call.model_name,
-            inputs=[Tensor(n, datatype_of(a.dtype), tuple(a.shape), a) for n, a in call.inputs],
+            inputs=[core_tensor(t) for t in call.inputs],
             model_version=call.version,
             id=call.request_id,
             outputs=[RequestedOutput(n) for n in call.outputs] or None,
@@ -94,15 +107,18 @@ class InProcessRuntime:
             flags=call.flags,
             timeout_us=call.timeout_us,
             trace=None if current is None else current[0].link(current[1]),
+            output_device=call.placement,
         )
 
     @staticmethod
-    def pb_response(resp: InferResponse) -> Any:
+    def pb_response(resp: InferResponse, placement: int = HOST_OUTPUTS) -> Any:
+        """The response a BLS caller gets, its outputs placed as it asked (``placement``: the
+        request's ``output_device``)."""
         if resp.error is not None:
             return error_response(pb, resp.error.message, resp.error.code)
         if resp.flag_only:
             return pb.InferenceResponse._from_server([], flag_only=True)
-        tensors = [pb.Tensor._from_server(t.name, tensor_data(t)) for t in resp.outputs]
+        tensors = [pb_tensor(t, placement) for t in resp.outputs]
         return pb.InferenceResponse._from_server(tensors, None, resp.parameters or None)
 
     @property
@@ -130,7 +146,7 @@ class InProcessRuntime:
         if not box:
             error = InternalError("model returned no response")
             return self.pb_response(InferResponse(request.model_name, "", error=error))
-        return self.pb_response(box[0])
+        return self.pb_response(box[0], request.output_device)
 
     def _start(
         self,
@@ -145,7 +161,7 @@ class InProcessRuntime:
         Returns the function that cancels it (on the loop thread)."""
 
         def emit(resp: InferResponse, final: bool) -> None:
-            sink((self.pb_response(resp), final))
+            sink((self.pb_response(resp, request.output_device), final))
 
         return start_bls(
             self.host, request, decoupled, chain, emit, caller, parents, self.model_name
@@ -341,9 +357,26 @@ def _run_direct(instance: Any, ctx: RequestContext) -> None:
             unlink()
 
 
-def tensor_data(t: Tensor) -> Any:
-    assert t.data is not None  # decoded by validation
-    return t.data
+def core_tensor(t: Any) -> Tensor:
+    """A model's ``pb_utils.Tensor`` as the server's request tensor; a GPU tensor keeps its
+    device memory (no copy: another in-process model may take it as it is)."""
+    gpu = t._gpu
+    if gpu is not None:
+        return Tensor(t.name(), TRITON_CODE_TO_NAME[gpu.code], gpu.shape, device=gpu)
+    a = t._host_array()
+    return Tensor(t.name(), datatype_of(a.dtype), tuple(a.shape), a)
+
+
+def pb_tensor(t: Tensor, placement: int) -> Any:
+    """A server tensor as the ``pb_utils.Tensor`` a model gets, on the GPU ``placement``
+    names (model_calls.target_device), the same device memory where it is there already."""
+    device = t.device
+    target = target_device(placement, None if device is None else device.device_id)
+    if target is not None and isinstance(device, DeviceMemory) and device.device_id == target:
+        if device.shape != t.shape:  # (a config's reshape)
+            device = dataclasses.replace(device, shape=t.shape)
+        return pb.Tensor._from_device(t.name, device)
+    return placed(pb.Tensor._from_server(t.name, host_data(t)), target)
 
 
 def on_loop(loop: asyncio.AbstractEventLoop) -> bool:

@@ -21,7 +21,7 @@ from modelyard.errors import ModelyardError
 from modelyard.serving import shm_regions
 from modelyard.serving.context import RequestContext
 from modelyard.serving.shm_regions import SHM_ROOT, ClientRef
-from modelyard.types import InferResponse, Tensor
+from modelyard.types import InferResponse, StagedOnHost, Tensor, host_data
 
 
 def pack_request(
@@ -65,6 +65,8 @@ def _pack_input(
 ) -> PackedTensor:
     """A reference to the client's region when the input is exactly a view of it (the
     worker maps the region itself), else a copy into the pool."""
+    if t.device is not None:
+        return pack_tensor(t, pool)
     assert t.data is not None
     payload = input_payload(ref, t.data) if ref is not None else None
     if payload is not None:
@@ -75,6 +77,21 @@ def _pack_input(
             region_tokens.add(token)
             return (t.name, t.datatype, tuple(t.data.shape), payload)
     return tensor_pool.pack(t.name, t.datatype, t.data, pool)
+
+
+def pack_tensor(t: Tensor, pool: tensor_pool.ShmPool) -> PackedTensor:
+    """A server tensor for a worker's frame; a GPU tensor (a model's, passed through BLS) as
+    its host copy marked with its device (tensor_pool.on_gpu)."""
+    packed = tensor_pool.pack(t.name, t.datatype, host_data(t), pool)
+    return packed if t.device is None else tensor_pool.on_gpu(packed, t.device.device_id)
+
+
+def unpack_tensor(packed: PackedTensor, mapper: tensor_pool.ShmMapper) -> Tensor:
+    """A tensor from a worker's frame as the server's (a marked GPU tensor: StagedOnHost)."""
+    name, datatype, arr = tensor_pool.unpack(packed, mapper)
+    gpu = tensor_pool.gpu_of(packed)
+    device = None if gpu is None else StagedOnHost(gpu, arr)
+    return Tensor(name, datatype, tuple(arr.shape), arr, device=device)
 
 
 def unpack_response(
@@ -98,8 +115,7 @@ def unpack_response(
             written = {shm_regions.REGION: region, shm_regions.BYTE_SIZE: nbytes}
             resp.outputs.append(Tensor(name, datatype, shape, parameters=written))
             continue
-        _, _, arr = tensor_pool.unpack(packed, mapper)
-        resp.outputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
+        resp.outputs.append(unpack_tensor(packed, mapper))
     if payload.parameters:
         resp.parameters = payload.parameters
     return resp

@@ -71,8 +71,7 @@ class WorkerRequests(Instance):
         return frozenset(chain)
 
     def pack_tensor(self, t: Tensor) -> PackedTensor:
-        assert t.data is not None
-        return tensor_pool.pack(t.name, t.datatype, t.data, self._pool)
+        return packing.pack_tensor(t, self._pool)
 
     async def execute(self, batch: list[RequestContext]) -> None:
         """Run ``batch``. At most one more batch may be staged while one runs (the scheduler

@@ -35,8 +35,11 @@ from modelyard.backends.python.protocol.model_calls import (
     error_response,
     forked_response,
     forked_text,
+    output_placement,
+    placed,
     reply_wait_s,
     resolved,
+    target_device,
     timeout_response,
 )
 from modelyard.backends.python.worker.spans import CURRENT
@@ -97,7 +100,7 @@ class BlsClient:
             call.request_id,
             call.correlation_id,
             call.flags,
-            [tensor_pool.pack_array(n, a, stub.pool) for n, a in call.inputs],
+            [tensor_pool.pack_model_tensor(t, stub.pool) for t in call.inputs],
             call.outputs,
             call.parameters,
             call.timeout_us,
@@ -107,7 +110,9 @@ class BlsClient:
             CURRENT.get(),
         )
 
-    def _response(self, response: Response | None) -> Any:
+    def _response(self, response: Response | None, placement: int) -> Any:
+        """A reply as the model gets it, its outputs where ``placement`` (the call's
+        preferred memory, model_calls.output_placement) puts them."""
         pb = self.rt.pb
         if response is None:  # a flag-only final
             return pb.InferenceResponse._from_server([], flag_only=True)
@@ -117,7 +122,9 @@ class BlsClient:
         tensors = []
         for packed in response.tensors:
             name, _, arr = tensor_pool.unpack(packed, self.rt.stub.mapper)
-            tensors.append(pb.Tensor._from_server(name, arr))
+            tensor = pb.Tensor._from_server(name, arr)
+            device = target_device(placement, tensor_pool.gpu_of(packed))
+            tensors.append(tensor if device is None else placed(tensor, device))
         return pb.InferenceResponse._from_server(tensors, None, response.parameters or None)
 
     def _next_reply(self, replies: queue.SimpleQueue[Reply], wait_s: float) -> Reply:
@@ -160,6 +167,7 @@ class BlsClient:
             self._unregister(call_id)
             raise
         wait_s = reply_wait_s(int(request.timeout() or 0))
+        placement = output_placement(request._preferred_memory)
         if not decoupled:
             try:
                 msg = self._next_reply(replies, wait_s)
@@ -167,8 +175,8 @@ class BlsClient:
                 return timeout_response(self.rt.pb)
             finally:
                 self._unregister(call_id)
-            return self._response(_bls_response(msg).response)
-        call = _StreamedCall(self, call_id, replies, wait_s)
+            return self._response(_bls_response(msg).response, placement)
+        call = _StreamedCall(self, call_id, replies, wait_s, placement)
         return ResponseStream(call.next, call.cancel)
 
     # -- async_exec -------------------------------------------------------------------------
@@ -201,7 +209,12 @@ class BlsClient:
             baton.urgent(-1)
             raise
         return self._await_first(
-            call_id, first, rest, decoupled, reply_wait_s(int(request.timeout() or 0))
+            call_id,
+            first,
+            rest,
+            decoupled,
+            reply_wait_s(int(request.timeout() or 0)),
+            output_placement(request._preferred_memory),
         )
 
     async def _await_first(
@@ -211,6 +224,7 @@ class BlsClient:
         rest: queue.SimpleQueue[Reply],
         decoupled: bool,
         wait_s: float,
+        placement: int,
     ) -> Any:
         try:
             msg = await asyncio.wait_for(first, wait_s)
@@ -222,8 +236,8 @@ class BlsClient:
             self.rt.stub.baton.urgent(-1)
         if not decoupled:
             self._unregister(call_id)
-            return self._response(_bls_response(msg).response)
-        call = _StreamedCall(self, call_id, rest, wait_s, first=msg)
+            return self._response(_bls_response(msg).response, placement)
+        call = _StreamedCall(self, call_id, rest, wait_s, placement, first=msg)
         return ResponseStream(call.next, call.cancel)
 
 
@@ -238,12 +252,14 @@ class _StreamedCall:
         call_id: int,
         replies: queue.SimpleQueue[Reply],
         wait_s: float,
+        placement: int,
         first: Reply | None = None,
     ) -> None:
         self._client = client
         self._call_id = call_id
         self._replies = replies
         self._wait_s = wait_s
+        self._placement = placement
         self._first = first
         self._ended = False
 
@@ -259,7 +275,7 @@ class _StreamedCall:
         reply = _bls_response(msg)
         if reply.final:
             self._end()
-        return self._client._response(reply.response), reply.final
+        return self._client._response(reply.response, self._placement), reply.final
 
     def cancel(self) -> None:
         self._client.rt.stub.send(BlsCancel(self._call_id))

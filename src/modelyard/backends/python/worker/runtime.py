@@ -5,6 +5,7 @@ the model's responses into frames, and carries logging, BLS and model control to
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,9 @@ from modelyard.backends.python.protocol.messages import (
 from modelyard.backends.python.protocol.model_calls import (
     check_bls,
     check_returned,
+    gpu_inputs,
     output_names,
+    placed,
     response_parts,
 )
 from modelyard.backends.python.protocol.release_flags import is_iterative, refuse, rescheduled
@@ -57,6 +60,7 @@ class StubRuntime:
         self.setup = setup
         self.all_outputs = output_names(setup.config_json)
         self.iterative = is_iterative(setup.config_json)
+        self.gpu_inputs = gpu_inputs(json.loads(setup.config_json))  # (checked at load)
 
     # -- requests in, responses out ----------------------------------------------------------
 
@@ -71,6 +75,11 @@ class StubRuntime:
                 arr = self.stub.regions.input(data, datatype, shape)
             else:
                 _, _, arr = tensor_pool.unpack(packed, self.stub.mapper)
+                if self.gpu_inputs:  # (FORCE_CPU_ONLY_INPUT_TENSORS "no")
+                    gpu = tensor_pool.gpu_of(packed)
+                    if gpu is not None:  # a GPU tensor a model passed: on its GPU again
+                        tensors.append(placed(pb.Tensor._from_server(name, arr), gpu))
+                        continue
             tensors.append(pb.Tensor._from_server(name, arr))
         if output_names is None:
             output_names = self.all_outputs
@@ -107,14 +116,15 @@ class StubRuntime:
         if parts.error is not None:
             return Response([], None, parts.error)
         outputs: list[PackedTensor] = []
-        for name, arr in parts.outputs:
-            dest = dests.get(name) if dests else None
+        for t in parts.outputs:
+            dest = dests.get(t.name()) if dests else None
             if dest is not None:  # the client wants it in its region: write it there
+                arr = t._host_array()
                 written = self.stub.regions.write(dest, arr)
                 if written is not None:
-                    outputs.append(client_regions.written_output(name, arr, written))
+                    outputs.append(client_regions.written_output(t.name(), arr, written))
                     continue
-            outputs.append(tensor_pool.pack_array(name, arr, self.stub.pool))
+            outputs.append(tensor_pool.pack_model_tensor(t, self.stub.pool))
         return Response(outputs, parts.parameters, None)
 
     def collect_responses(self, requests: list[Any], returned: Any) -> list[Response | None]:
