@@ -50,8 +50,9 @@ class TritonPythonModel:
             response = request.exec()
         if response.has_error():
             raise AssertionError(response.error().message())
+        self._last = response
         out = pb_utils.get_output_tensor_by_name(response, "OUT")
-        where = pb_utils.get_output_tensor_by_name(response, "WHERE").as_numpy()
+        where = _host(pb_utils.get_output_tensor_by_name(response, "WHERE"))
         return out, [int(v) for v in where]
 
     def check_gpu_input_reaches_a_gpu_callee_and_comes_back_on_the_gpu(self):
@@ -86,6 +87,8 @@ class TritonPythonModel:
         out, where = self._call("gpu_identity_cpu_inputs", host, preferred=gpu)
         assert where[0] == 1, where
         assert not out.is_cpu(), "preferred_memory GPU: the output should be on the GPU"
+        info = pb_utils.get_output_tensor_by_name(self._last, "WHERE")
+        assert not info.is_cpu(), "preferred_memory GPU: every output goes to the GPU"
         assert out.__dlpack_device__() == (2, self.device.index), out.__dlpack_device__()
         np.testing.assert_array_equal(torch.from_dlpack(out).cpu().numpy(), host)
 
@@ -109,3 +112,8 @@ def _tensor(name, x):
     if isinstance(x, np.ndarray):
         return pb_utils.Tensor(name, x)
     return pb_utils.Tensor.from_dlpack(name, x)
+
+
+def _host(tensor):
+    # (preferred_memory GPU puts every output on the GPU, small ones too)
+    return tensor.as_numpy() if tensor.is_cpu() else torch.from_dlpack(tensor).cpu().numpy()
