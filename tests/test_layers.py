@@ -453,7 +453,7 @@ MODULE_LINES = 500
 # Private names other packages may call: pb_utils' documented server-side hooks (see the
 # module's docstring) and the standard library's.
 PRIVATE_HOOKS = {"_from_server", "_host_array", "_update_state", "_get_running_loop", "_getframe",
-                 "_exit"}  # fmt: skip
+                 "_exit", "_from_device", "_to_device", "_on_host"}  # fmt: skip
 
 
 def private_calls(src: Path) -> list[str]:

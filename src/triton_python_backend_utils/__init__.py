@@ -20,7 +20,11 @@ Server-side hooks (for ``modelyard.backends.python``; models never use these)
 * Tensors: ``Tensor._from_server(name, array, code=None)`` wraps a C-contiguous array as is
   (BYTES: an object array of ``bytes``; BF16: ml_dtypes' bfloat16). ``tensor._host_array()``
   is what the runtime sends on for a tensor the model made: its array, or a host copy of a
-  GPU tensor (``as_numpy()`` refuses GPU and BF16 tensors, as Triton's).
+  GPU tensor (``as_numpy()`` refuses GPU and BF16 tensors, as Triton's). GPU tensors:
+  ``tensor._gpu`` is the ``_memory.DeviceMemory`` a GPU tensor refers to (None on the host),
+  ``Tensor._from_device(name, memory)`` wraps such memory without a copy,
+  ``tensor._to_device(device_id)`` / ``tensor._on_host()`` give the tensor there (itself
+  when it is there already; BYTES and machines without a GPU stay on the host).
 * Response sender: ``InferenceResponseSender(deliver, decoupled=False, is_cancelled=None)``
   where ``deliver(response_or_None, flags)`` hands one response to the server (it may raise
   TritonModelException, which reaches the model). ``sender._update_state(response, flags)``

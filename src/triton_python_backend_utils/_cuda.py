@@ -93,6 +93,40 @@ class _CudaPython:
                 self._rt.cudaMemcpy(dst, src, nbytes, kind), "cudaMemcpy to the device failed"
             )
 
+    # -- CUDA IPC (process mode: GPU tensors between worker processes) -------------------
+
+    def ipc_export(self, address: int, device_id: int) -> tuple[bytes, int]:
+        """The IPC handle of the allocation holding ``address``, and the offset of
+        ``address`` in it (an allocator such as torch's hands out parts of larger blocks)."""
+        driver = _driver()
+        with self.on_device(device_id):
+            err, base, _size = driver.cuMemGetAddressRange(address)
+            if int(err) != 0:
+                raise TritonModelException(f"cuMemGetAddressRange failed: {err}")
+            handle = self._check(self._rt.cudaIpcGetMemHandle(int(base)), "cudaIpcGetMemHandle")
+        return _handle_bytes(handle), address - int(base)
+
+    def ipc_open(self, handle: bytes, device_id: int) -> int:
+        """Map another process's allocation here; its base address."""
+        rt = self._rt
+        h = rt.cudaIpcMemHandle_t()
+        if hasattr(h, "reserved"):  # (cuda-python before 13.4)
+            h.reserved = handle
+        else:  # the struct's 64 bytes, behind getPtr()
+            ctypes.memmove(h.getPtr(), handle, _IPC_HANDLE_SIZE)
+        flags = rt.cudaIpcMemLazyEnablePeerAccess
+        with self.on_device(device_id):
+            return int(self._check(rt.cudaIpcOpenMemHandle(h, flags), "cudaIpcOpenMemHandle"))
+
+    def copy_on_device(self, src: int, dst: int, nbytes: int, device_id: int) -> None:
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice
+        with self.on_device(device_id):
+            self._check(self._rt.cudaMemcpy(dst, src, nbytes, kind), "cudaMemcpy on the device")
+
+    def ipc_close(self, base: int, device_id: int) -> None:
+        with self.on_device(device_id):
+            self._rt.cudaIpcCloseMemHandle(base)
+
     def allocate(self, nbytes: int, device_id: int) -> tuple[int, Any]:
         with self.on_device(device_id):
             address = int(
@@ -184,6 +218,29 @@ def _detect() -> CudaRuntime | None:
     if torch.cuda.is_available():
         return _Torch(torch)
     return None
+
+
+_IPC_HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t)
+
+
+def _handle_bytes(handle: Any) -> bytes:
+    if hasattr(handle, "reserved"):  # (cuda-python before 13.4)
+        return bytes(handle.reserved)
+    return ctypes.string_at(handle.getPtr(), _IPC_HANDLE_SIZE)
+
+
+def _driver() -> Any:
+    try:
+        return importlib.import_module("cuda.bindings.driver")
+    except ImportError:  # cuda-python before 12.6
+        return importlib.import_module("cuda.cuda")
+
+
+def ipc() -> _CudaPython | None:
+    """The runtime that can share device memory with other processes (cuda-python), or None:
+    GPU tensors then travel between processes as host copies."""
+    found = _detect()
+    return found if isinstance(found, _CudaPython) else None
 
 
 def available() -> bool:

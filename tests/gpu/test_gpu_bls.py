@@ -2,7 +2,8 @@
 where a GPU input lands (FORCE_CPU_ONLY_INPUT_TENSORS), where outputs come back
 (preferred_memory, or where the callee made them), exec and exec(decoupled=True), and the
 memory itself: in-process, the callee gets the caller's device memory and the caller gets it
-back (zero copy); in process mode a GPU tensor travels as a host copy. Also: a client's
+back (zero copy); in process mode it travels through CUDA IPC (benchmarks/gpu_bls.py times
+it; pointers of two processes cannot be compared). Also: a client's
 (host) input to a model with FORCE_CPU_ONLY_INPUT_TENSORS "no" stays a host tensor, and an
 invalid value of that parameter fails the load with Triton's text. Skipped without a GPU
 (tests/gpu/support.py says what is missing)."""
@@ -71,13 +72,11 @@ def test_gpu_tensors_through_bls_land_where_triton_puts_them(served: Served) -> 
     checks = json.loads(result.as_numpy("RESULTS")[0])
     failed = {name: text for name, text in checks.items() if text != "ok"}
     assert not failed, "\n".join(f"{n}:\n{t}" for n, t in failed.items())
-    assert len(checks) == 6
+    assert len(checks) == 7
     facts = json.loads(result.as_numpy("FACTS")[0])
-    zero_copy = served.mode == "in-process"
-    assert facts == {
-        "callee_got_the_callers_memory": zero_copy,
-        "output_is_the_callers_memory": zero_copy,
-    }
+    if served.mode == "in-process":  # one address space: the pointers tell zero copy
+        assert facts["callee_got_the_callers_memory"]
+        assert facts["output_is_the_callers_memory"]
 
 
 def test_a_client_input_stays_a_host_tensor(served: Served) -> None:

@@ -70,6 +70,9 @@ class RequestItem(_Payload):
     # A BLS call from another worker: (the caller's inbox, its call id). The worker may send
     # the final response there itself (inbox.py) and tell the server only its outcome.
     reply_to: tuple[str, int] | None = None
+    # GPU outputs may stay on their device (a BLS call: CUDA IPC, cuda_ipc.py); else the
+    # worker copies them to the host for the server.
+    gpu_outputs: bool = False
 
 
 class ModelSetup(_Payload):

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from modelyard.backends.python.protocol import cuda_ipc
 from modelyard.backends.python.protocol.messages import PackedTensor
 from modelyard.types import datatype_of, numpy_dtype
 
@@ -54,6 +55,7 @@ class ShmPool:
         self._by_name: dict[str, _Segment] = {}
         self._owned_bytes = 0
         self._count = 0
+        self._kept: dict[str, Any] = {}  # GPU memory exported to other processes, by name
         self.enabled = enabled and os.path.isdir(SHM_DIR) and os.access(SHM_DIR, os.W_OK)
         if enabled and not self.enabled:
             log.warning("%s is not usable; tensors travel inline through the socket", SHM_DIR)
@@ -105,6 +107,15 @@ class ShmPool:
             log.warning("shared memory unavailable (%s); large tensors now travel inline", why)
         self.enabled = False
 
+    def keep(self, memory: Any) -> str:
+        """Hold ``memory`` (GPU memory another process maps: cuda_ipc.py) under a name of
+        this pool until a FREE for that name comes back."""
+        with self._lock:
+            self._count += 1
+            name = f"{self.prefix}-g{self._count}"
+            self._kept[name] = memory
+        return name
+
     def free_bytes(self) -> int:
         """Bytes still to hand out: the limit less the segments a live tensor holds."""
         with self._lock:
@@ -117,12 +128,15 @@ class ShmPool:
                 seg = self._by_name.get(name)
                 if seg is not None:
                     self._free.setdefault(seg.size, []).append(seg)
+                elif self._kept:
+                    self._kept.pop(name, None)
 
     def close(self) -> None:
         with self._lock:
             segments = list(self._by_name.values())
             self._by_name.clear()
             self._free.clear()
+            self._kept.clear()
         for seg in segments:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(SHM_DIR, seg.name))
@@ -138,6 +152,10 @@ class ShmMapper:
     def __init__(self, on_release: Callable[[str], None]):
         self._maps: dict[str, mmap.mmap] = {}
         self._on_release = on_release
+
+    def released(self, name: str) -> None:
+        """Tell the owner that ``name`` (a segment or a GPU export) is no longer used here."""
+        self._on_release(name)
 
     def view(
         self, name: str, datatype: str, shape: tuple[int, ...], nbytes: int
@@ -200,17 +218,37 @@ def on_gpu(packed: PackedTensor, device_id: int) -> PackedTensor:
     return (name, datatype, shape, [ON_GPU, device_id, data])
 
 
-def pack_model_tensor(tensor: Any, pool: ShmPool) -> PackedTensor:
-    """A model's ``pb_utils.Tensor`` for a frame: a GPU tensor as its host copy, marked."""
-    packed = pack_array(tensor.name(), tensor._host_array(), pool)
+def pack_model_tensor(tensor: Any, pool: ShmPool, ipc: bool = False) -> PackedTensor:
+    """A model's ``pb_utils.Tensor`` for a frame: a GPU tensor as an IPC reference to its
+    memory where ``ipc`` allows and CUDA can (cuda_ipc.py), else as its host copy, marked."""
     gpu = tensor._gpu
+    if gpu is not None and ipc:
+        ref = cuda_ipc.export(gpu, pool)
+        if ref is not None:
+            from triton_python_backend_utils._types import TRITON_CODE_TO_NAME
+
+            return (tensor.name(), TRITON_CODE_TO_NAME[gpu.code], tuple(gpu.shape), ref)
+    packed = pack_array(tensor.name(), tensor._host_array(), pool)
     return packed if gpu is None else on_gpu(packed, gpu.device_id)
 
 
+def model_tensor(pb: Any, packed: PackedTensor, mapper: ShmMapper, device: int | None) -> Any:
+    """A packed tensor as the ``pb_utils.Tensor`` a model gets: on GPU ``device`` (an IPC
+    reference: the sender's memory itself), or in host memory for None."""
+    name, datatype, shape, data = packed
+    if device is not None and cuda_ipc.is_ipc(data):
+        memory = cuda_ipc.imported(data, tuple(shape), datatype, mapper.released)
+        return pb.Tensor._from_device(name, memory)._to_device(device)
+    _, _, arr = unpack(packed, mapper)
+    tensor = pb.Tensor._from_server(name, arr)
+    return tensor if device is None else tensor._to_device(device)
+
+
 def gpu_of(packed: PackedTensor) -> int | None:
-    """The GPU a packed tensor came from (:func:`on_gpu`), or None for a host tensor."""
+    """The GPU a packed tensor came from (:func:`on_gpu`, or an IPC reference), or None for
+    a host tensor."""
     data = packed[3]
-    if type(data) is list and len(data) == 3 and data[0] == ON_GPU:
+    if type(data) is list and ((len(data) == 3 and data[0] == ON_GPU) or cuda_ipc.is_ipc(data)):
         return int(data[1])
     return None
 
@@ -225,6 +263,8 @@ def unpack(packed: PackedTensor, mapper: ShmMapper) -> tuple[str, str, np.ndarra
         return name, datatype, data
     if len(data) == 3 and data[0] == ON_GPU:
         return unpack((name, datatype, shape, data[2]), mapper)
+    if cuda_ipc.is_ipc(data):  # (where a host copy is what is wanted)
+        return name, datatype, cuda_ipc.host_copy(data, tuple(shape), datatype, mapper.released)
     segment, nbytes = data
     return name, datatype, mapper.view(segment, datatype, shape, nbytes)
 
@@ -235,6 +275,9 @@ def segments(tensors: list[PackedTensor]) -> list[str]:
     for _, _, _, data in tensors:
         if type(data) is list and len(data) == 3 and data[0] == ON_GPU:
             data = data[2]
+        elif cuda_ipc.is_ipc(data):
+            out.append(data[2])  # (an export: freed the same way)
+            continue
         # [segment, nbytes] (a client region's output is [WRITTEN, nbytes]: not a segment)
         if type(data) is list and len(data) == 2 and type(data[0]) is str and data[0][:1] != "@":
             out.append(data[0])

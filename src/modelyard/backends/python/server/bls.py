@@ -247,7 +247,8 @@ class WorkerCalls:
             self.worker.send(result)
 
     def _request(self, msg: Bls) -> InferRequest:
-        inputs = [unpack_tensor(packed, self.worker.mapper) for packed in msg.inputs]
+        worker = self.worker
+        inputs = [unpack_tensor(p, worker.mapper, worker.release_export) for p in msg.inputs]
         outputs = [RequestedOutput(n) for n in msg.outputs] or None
         return InferRequest(
             model_name=msg.model_name,

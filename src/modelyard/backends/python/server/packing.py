@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from modelyard.backends.python.protocol import client_regions, tensor_pool
+from modelyard.backends.python.protocol import client_regions, cuda_ipc, tensor_pool
 from modelyard.backends.python.protocol.client_regions import INPUT
 from modelyard.backends.python.protocol.messages import (
     OutputDestination,
@@ -21,7 +22,7 @@ from modelyard.errors import ModelyardError
 from modelyard.serving import shm_regions
 from modelyard.serving.context import RequestContext
 from modelyard.serving.shm_regions import SHM_ROOT, ClientRef
-from modelyard.types import InferResponse, StagedOnHost, Tensor, host_data
+from modelyard.types import HOST_OUTPUTS, InferResponse, StagedOnHost, Tensor, host_data
 
 
 def pack_request(
@@ -57,6 +58,7 @@ def pack_request(
         dests,
         None if ctx.trace is None else ctx.trace.worker_info(),
         r.reply_to if may_write_outputs else None,
+        r.output_device != HOST_OUTPUTS,
     )
 
 
@@ -81,13 +83,27 @@ def _pack_input(
 
 def pack_tensor(t: Tensor, pool: tensor_pool.ShmPool) -> PackedTensor:
     """A server tensor for a worker's frame; a GPU tensor (a model's, passed through BLS) as
-    its host copy marked with its device (tensor_pool.on_gpu)."""
+    the CUDA IPC reference it came with (to one worker), else as its host copy marked with
+    its device (tensor_pool.on_gpu)."""
+    device = t.device
+    if isinstance(device, cuda_ipc.IpcTensor):
+        ref = device.hand_on()
+        if ref is not None:
+            return (t.name, t.datatype, t.shape, ref)
     packed = tensor_pool.pack(t.name, t.datatype, host_data(t), pool)
-    return packed if t.device is None else tensor_pool.on_gpu(packed, t.device.device_id)
+    return packed if device is None else tensor_pool.on_gpu(packed, device.device_id)
 
 
-def unpack_tensor(packed: PackedTensor, mapper: tensor_pool.ShmMapper) -> Tensor:
-    """A tensor from a worker's frame as the server's (a marked GPU tensor: StagedOnHost)."""
+def unpack_tensor(
+    packed: PackedTensor, mapper: tensor_pool.ShmMapper, release: Callable[[str], None]
+) -> Tensor:
+    """A tensor from a worker's frame as the server's: a GPU tensor as an IpcTensor (no
+    copy; ``release`` frees its export unless a worker takes it over) or a StagedOnHost."""
+    name, datatype, shape, data = packed
+    if cuda_ipc.is_ipc(data):
+        shape = tuple(shape)
+        ipc = cuda_ipc.IpcTensor(data, shape, datatype, release)
+        return Tensor(name, datatype, shape, device=ipc)
     name, datatype, arr = tensor_pool.unpack(packed, mapper)
     gpu = tensor_pool.gpu_of(packed)
     device = None if gpu is None else StagedOnHost(gpu, arr)
@@ -100,6 +116,7 @@ def unpack_response(
     final: bool,
     version: str,
     mapper: tensor_pool.ShmMapper,
+    release: Callable[[str], None],
 ) -> InferResponse:
     req = ctx.request
     resp = InferResponse(req.model_name, version, req.id, final=final)
@@ -115,7 +132,7 @@ def unpack_response(
             written = {shm_regions.REGION: region, shm_regions.BYTE_SIZE: nbytes}
             resp.outputs.append(Tensor(name, datatype, shape, parameters=written))
             continue
-        resp.outputs.append(unpack_tensor(packed, mapper))
+        resp.outputs.append(unpack_tensor(packed, mapper, release))
     if payload.parameters:
         resp.parameters = payload.parameters
     return resp

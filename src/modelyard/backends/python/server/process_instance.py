@@ -335,6 +335,13 @@ class PythonWorker(WorkerRequests, WorkerHealth):
             if worker is not None:
                 worker.take_back(theirs)
 
+    def release_export(self, name: str) -> None:
+        # From any thread (a finalizer): the owner's FREE is sent from the loop.
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # (loop closed: the workers are going)
+                loop.call_soon_threadsafe(self._on_free, [name])
+
     def take_back(self, names: list[str]) -> None:
         """Segments of this worker's pool another process no longer views."""
         if self._proto is not None:

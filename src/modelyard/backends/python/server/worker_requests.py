@@ -60,6 +60,10 @@ class WorkerRequests(Instance):
     def send(self, message: ServerMessage) -> None:
         raise NotImplementedError
 
+    def release_export(self, name: str) -> None:
+        """A worker's GPU export (cuda_ipc.py) is no longer used here: free it."""
+        raise NotImplementedError
+
     def _answer(self, call_id: int, value: Any, error: ErrorReply | None) -> None:
         raise NotImplementedError
 
@@ -222,7 +226,9 @@ class WorkerRequests(Instance):
     def _unpack_response(
         self, ctx: RequestContext, payload: Response, final: bool
     ) -> InferResponse:
-        return packing.unpack_response(ctx, payload, final, str(self.spec.version), self.mapper)
+        return packing.unpack_response(
+            ctx, payload, final, str(self.spec.version), self.mapper, self.release_export
+        )
 
     def _on_send(self, key: int, payload: Response | None, flags: int) -> None:
         ctx = self._live.get(key)

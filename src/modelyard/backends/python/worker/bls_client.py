@@ -36,7 +36,6 @@ from modelyard.backends.python.protocol.model_calls import (
     forked_response,
     forked_text,
     output_placement,
-    placed,
     reply_wait_s,
     resolved,
     target_device,
@@ -100,7 +99,7 @@ class BlsClient:
             call.request_id,
             call.correlation_id,
             call.flags,
-            [tensor_pool.pack_model_tensor(t, stub.pool) for t in call.inputs],
+            [tensor_pool.pack_model_tensor(t, stub.pool, ipc=True) for t in call.inputs],
             call.outputs,
             call.parameters,
             call.timeout_us,
@@ -120,11 +119,10 @@ class BlsClient:
             message, code = response.error
             return error_response(pb, message, code)
         tensors = []
+        mapper = self.rt.stub.mapper
         for packed in response.tensors:
-            name, _, arr = tensor_pool.unpack(packed, self.rt.stub.mapper)
-            tensor = pb.Tensor._from_server(name, arr)
             device = target_device(placement, tensor_pool.gpu_of(packed))
-            tensors.append(tensor if device is None else placed(tensor, device))
+            tensors.append(tensor_pool.model_tensor(pb, packed, mapper, device))
         return pb.InferenceResponse._from_server(tensors, None, response.parameters or None)
 
     def _next_reply(self, replies: queue.SimpleQueue[Reply], wait_s: float) -> Reply:

@@ -32,7 +32,6 @@ from modelyard.backends.python.protocol.model_calls import (
     check_returned,
     gpu_inputs,
     output_names,
-    placed,
     response_parts,
 )
 from modelyard.backends.python.protocol.release_flags import is_iterative, refuse, rescheduled
@@ -73,18 +72,18 @@ class StubRuntime:
             name, datatype, shape, data = packed
             if type(data) is list and data[0] == client_regions.INPUT:  # (arrays decode as lists)
                 arr = self.stub.regions.input(data, datatype, shape)
-            else:
-                _, _, arr = tensor_pool.unpack(packed, self.stub.mapper)
-                if self.gpu_inputs:  # (FORCE_CPU_ONLY_INPUT_TENSORS "no")
-                    gpu = tensor_pool.gpu_of(packed)
-                    if gpu is not None:  # a GPU tensor a model passed: on its GPU again
-                        tensors.append(placed(pb.Tensor._from_server(name, arr), gpu))
-                        continue
-            tensors.append(pb.Tensor._from_server(name, arr))
+                tensors.append(pb.Tensor._from_server(name, arr))
+                continue
+            # A GPU tensor another model passed stays one for a model that takes GPU inputs
+            # (FORCE_CPU_ONLY_INPUT_TENSORS "no"), else becomes a host tensor.
+            gpu = tensor_pool.gpu_of(packed) if self.gpu_inputs else None
+            tensors.append(tensor_pool.model_tensor(pb, packed, self.stub.mapper, gpu))
         if output_names is None:
             output_names = self.all_outputs
         sender = pb.InferenceResponseSender(
-            lambda resp, fl, _k=key, _n=output_names, _d=dests: self._send(_k, resp, fl, _n, _d),
+            lambda resp, fl, _k=key, _n=output_names, _d=dests, _g=item.gpu_outputs: self._send(
+                _k, resp, fl, _n, _d, _g
+            ),
             setup.decoupled,
             lambda _k=key: _k in self.cancelled,
         )
@@ -104,6 +103,7 @@ class StubRuntime:
         request._modelyard_key = key
         request._modelyard_outputs = output_names
         request._modelyard_dests = dests
+        request._modelyard_gpu = item.gpu_outputs
         return request
 
     def pack_response(
@@ -111,7 +111,10 @@ class StubRuntime:
         response: Any,
         output_names: list[str] | None,
         dests: dict[str, OutputDestination] | None = None,
+        gpu: bool = False,
     ) -> Response:
+        """``gpu``: GPU outputs may stay on the device (a BLS caller's request: they go as
+        CUDA IPC references, cuda_ipc.py), else they go as host copies."""
         parts = response_parts(response, output_names)
         if parts.error is not None:
             return Response([], None, parts.error)
@@ -124,7 +127,7 @@ class StubRuntime:
                 if written is not None:
                     outputs.append(client_regions.written_output(t.name(), arr, written))
                     continue
-            outputs.append(tensor_pool.pack_model_tensor(t, self.stub.pool))
+            outputs.append(tensor_pool.pack_model_tensor(t, self.stub.pool, gpu))
         return Response(outputs, parts.parameters, None)
 
     def collect_responses(self, requests: list[Any], returned: Any) -> list[Response | None]:
@@ -140,7 +143,9 @@ class StubRuntime:
                 results.append(None)
                 continue
             results.append(
-                self.pack_response(resp, req.requested_output_names(), req._modelyard_dests)
+                self.pack_response(
+                    resp, req.requested_output_names(), req._modelyard_dests, req._modelyard_gpu
+                )
             )
             if self.cancelled:
                 self.cancelled.discard(req._modelyard_key)
@@ -153,8 +158,12 @@ class StubRuntime:
         flags: int,
         output_names: list[str] | None,
         dests: dict[str, OutputDestination] | None = None,
+        gpu: bool = False,
     ) -> None:
-        payload = None if response is None else self.pack_response(response, output_names, dests)
+        if response is None:
+            payload = None
+        else:
+            payload = self.pack_response(response, output_names, dests, gpu)
         self.stub.send(Send(key, payload, flags))
         if flags & 1 and self.cancelled:
             self.cancelled.discard(key)  # answered: nothing will ask about it again

@@ -2,8 +2,8 @@
 FORCE_CPU_ONLY_INPUT_TENSORS "no" as a GPU tensor and one without it as a host tensor; an
 output comes back where the callee made it unless preferred_memory names CPU or a GPU. Each
 check answers "ok" or what went wrong (RESULTS). FACTS says whether the callee got the
-caller's own device memory and whether the output is that memory again (zero copy: expected
-in in-process mode, not in process mode, where a GPU tensor travels as a host copy)."""
+caller's own device memory and whether the output is that memory again (zero copy, told by
+the pointers in in-process mode; in process mode the callee is another process)."""
 
 import json
 import traceback
@@ -34,8 +34,10 @@ class TritonPythonModel:
         out = [pb_utils.Tensor("RESULTS", results), pb_utils.Tensor("FACTS", facts)]
         return [pb_utils.InferenceResponse(out) for _ in requests]
 
-    def _call(self, model, tensor, preferred=None, decoupled=False):
+    def _call(self, model, tensor, preferred=None, decoupled=False, parameters=None):
         kwargs = {} if preferred is None else {"preferred_memory": preferred}
+        if parameters:
+            kwargs["parameters"] = parameters
         request = pb_utils.InferenceRequest(
             model_name=model,
             inputs=[_tensor("IN", tensor)],
@@ -98,6 +100,25 @@ class TritonPythonModel:
         assert where[0] == 0, where
         assert not out.is_cpu()
         assert torch.equal(torch.from_dlpack(out), x)
+
+    def check_memory_is_freed_when_the_last_reference_goes(self):
+        # The callee's outputs the caller no longer holds are freed (process mode: the
+        # exports it kept for this process), as QA's BLS tensor lifecycle test asks.
+        def allocated():
+            _, where = self._call("gpu_identity", torch.ones(1, device=self.device),
+                                  parameters={"memory": True})
+            return where[2]
+
+        base = allocated()
+        kept = []
+        for _ in range(4):
+            out, _ = self._call("gpu_identity", torch.ones(1 << 20, device=self.device))
+            kept.append(out)
+        held = allocated()
+        del kept, out
+        after = allocated()
+        self.facts["callee_memory"] = [base, held, after]
+        assert after <= base, (base, held, after)
 
     def check_a_bls_output_outlives_its_response(self):
         x = torch.arange(N, dtype=torch.float32, device=self.device) + 7
