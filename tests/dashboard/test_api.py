@@ -1,8 +1,9 @@
 """The dashboard's JSON (``/dashboard/api/...``) and its routes on the real server, after
-traffic through tritonclient (HTTP and gRPC): models with state and reason, live statistics
-(refused requests among the errors, Triton's statistics unchanged), each figure's window, the
-call graph (BLS calls and ensemble steps), traces and their model filter; read-only; the off
-switch; restricted access; the address the server logs at start-up."""
+traffic through tritonclient (HTTP and gRPC): models with state and reason, their instances'
+devices and the GPUs, live statistics (refused requests among the errors, Triton's statistics
+unchanged), each figure's window, the call graph (BLS calls and ensemble steps), traces and
+their model filter; read-only; the off switch; restricted access; the address the server logs
+at start-up."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 import modelyard
+from modelyard.devices import discover_gpus
 from tests.conftest import Serving
 from tests.dashboard.pages import dashboard_repo, drive, fail, get, refuse, stream
 from tests.helpers import wait_for_log, wait_until
@@ -52,6 +54,19 @@ def test_models_with_state_reason_and_live_statistics(server: ServerProcess) -> 
     failing = rows["http_raise"]["live"]
     assert failing["errors"] == 2 and failing["fail"] == 2 and failing["requests"] == 0
     assert failing["refused"] == 0 and failing["refused_total"] == 0
+
+
+def test_each_loaded_versions_instances_and_the_gpus(server: ServerProcess) -> None:
+    doc = _api(server, "models")
+    rows = {m["name"]: m for m in doc["models"]}
+    # as Triton places them: the unnamed group is add_sub_0, its first instance add_sub_0_0
+    assert rows["add_sub"]["instances"] == [{"name": "add_sub_0_0", "kind": "CPU", "device_id": 0}]
+    assert "instances" not in rows["ensemble_add_sub"]  # (its steps' instances run it)
+    assert "instances" not in rows["py_init_error"]  # (not loaded)
+    assert doc["gpus"] == [
+        {"index": d.index, "name": d.name, "uuid": d.uuid, "memory_total": d.total_memory}
+        for d in discover_gpus().devices
+    ]  # none on a machine without GPUs
 
 
 def test_time_to_first_response_of_a_decoupled_model(server: ServerProcess) -> None:

@@ -42,7 +42,8 @@ def add_metrics_flags(s: argparse.ArgumentParser) -> None:
         s,
         "--allow-gpu-metrics",
         _DEFAULTS.gpu,
-        "GPU metrics; accepted for Triton's command lines (none are collected yet)",
+        "GPU utilization, memory, power and energy (nv_gpu_*, nv_energy_consumption) through "
+        "NVML (the gpu extra); ignored without --allow-metrics",
     )
     add_bool_flag(
         s,
@@ -62,7 +63,7 @@ def add_metrics_flags(s: argparse.ArgumentParser) -> None:
         type=_interval,
         default=_DEFAULTS.interval_ms,
         metavar="MS",
-        help="how often the CPU gauges are collected (Triton polls every half interval)",
+        help="how often the CPU and GPU metrics are collected (Triton polls every half interval)",
     )
     s.add_argument(
         "--metrics-config",

@@ -1,5 +1,5 @@
-"""The dashboard's JSON: models with their state and live statistics, the call graph (BLS
-calls and ensemble steps), the last traces. Read-only views of the core; nothing here changes
+"""The dashboard's JSON: models with their state, live statistics and instances' devices, the
+machine's GPUs, the call graph (BLS calls and ensemble steps), the last traces. Read-only views of the core; nothing here changes
 the server. Every figure says what it covers: ``window_s`` (the live summary, the series),
 ``since_load`` (a version's totals) or ``since_start`` (the call graph)."""
 
@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import modelyard
+from modelyard.config.placement import instance_placements
 from modelyard.core.index import repository_index
+from modelyard.devices import discover_gpus
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
@@ -28,11 +30,13 @@ TRACING_HELP = (
 async def models(core: InferenceServer) -> dict[str, Any]:
     """Every model of the repository index (versions, state, reason) as the server knows it
     (no rescan of the repositories: the page polls), each loaded version with its live
-    statistics (``serving/live.py``) under ``live`` and, on a Ray cluster, where its replicas
-    run under ``replicas``."""
+    statistics (``serving/live.py``) under ``live``, its instances and their devices under
+    ``instances`` and, on a Ray cluster, where its replicas run under ``replicas``; and the
+    GPUs (``gpus``)."""
     index = repository_index(core.registry, False)
     live = {(s["name"], s["version"]): s for s in core.live_statistics()}
     where = await core.replicas()
+    placed = instances(core)
     rows = []
     for item in index:
         row = dict(item)
@@ -40,12 +44,38 @@ async def models(core: InferenceServer) -> dict[str, Any]:
         stats = live.pop(key, None)
         if stats is not None:
             row["live"] = {k: v for k, v in stats.items() if k not in ("name", "version")}
+        if key in placed:
+            row["instances"] = placed[key]
         if key in where:
             row["replicas"] = where[key]
         rows.append(row)
     for (name, version), stats in sorted(live.items()):  # loaded, gone from the index
         rows.append({"name": name, "version": version, "state": "READY", "live": stats})
-    return {"server": server(core), "models": rows}
+    return {"server": server(core), "gpus": gpus(), "models": rows}
+
+
+def instances(core: InferenceServer) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Each loaded version's instances as Triton places them (``config/placement.py``):
+    ``name``, ``kind`` (``CPU``, ``GPU``, ``MODEL``) and ``device_id``. Versions without
+    instances of their own here (ensembles, a Ray frontend's mirrors) are left out."""
+    return {
+        (e.name, str(v)): [
+            {"name": p.name, "kind": p.kind, "device_id": p.device_id}
+            for p in instance_placements(mv.config)
+        ]
+        for e in list(core.registry.entries.values())
+        for v, mv in list(e.versions.items())
+        if mv.instances
+    }
+
+
+def gpus() -> list[dict[str, Any]]:
+    """The GPUs modelyard found at start (CUDA device ids): ``index``, ``name``, ``uuid`` and
+    ``memory_total`` (bytes); their use over time is on the metrics port."""
+    return [
+        {"index": d.index, "name": d.name, "uuid": d.uuid, "memory_total": d.total_memory}
+        for d in discover_gpus().devices
+    ]
 
 
 def server(core: InferenceServer) -> dict[str, Any]:

@@ -6,9 +6,11 @@ each in the order Triton registers them, and leaves out a family with no series.
 - counters per model version: ``nv_inference_request_success``, ``_failure`` (per Triton
   ``reason``), ``nv_inference_count``, ``nv_inference_exec_count``; the latency counters
   unless ``--metrics-config counter_latencies=false``; the per-model cache counters for a
-  model whose responses are cached;
+  model whose responses are cached; ``nv_energy_consumption`` per GPU with
+  ``--allow-gpu-metrics`` (gpu_gauges.py);
 - gauges: ``nv_inference_pending_request_count`` per version, the pinned-memory pool (none
-  here: 0), the CPU gauges with ``--allow-cpu-metrics`` (host_gauges.py);
+  here: 0), the GPU gauges per GPU with ``--allow-gpu-metrics`` (gpu_gauges.py), the CPU
+  gauges with ``--allow-cpu-metrics`` (host_gauges.py);
 - histograms with ``--metrics-config histogram_latencies=true`` (a later Triton's setting):
   26.01's ``nv_inference_first_response_histogram_ms`` per version (histograms.py);
 - summaries with ``--metrics-config summary_latencies=true``: ``count``, ``sum``, then one
@@ -22,10 +24,11 @@ successes, failures and inferences (its reporter returns before any counter); th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from modelyard.metrics.custom import labels_text
+from modelyard.metrics.gpu_gauges import ENERGY, GAUGES, GpuReading, GpuSampler
 from modelyard.metrics.histograms import first_response_lines
 from modelyard.metrics.host_gauges import CpuSampler
 from modelyard.serving.metrics_settings import MetricsSettings
@@ -147,19 +150,31 @@ _SUMMARIES: list[tuple[str, str, Callable[[LatencySummaries], Summary | None]]] 
 ]
 
 
-def render_core(core: InferenceServer, cpu: CpuSampler | None) -> bytes:
+_PINNED = [
+    ("nv_pinned_memory_pool_total_bytes", "Pinned memory pool total memory size, in bytes"),
+    ("nv_pinned_memory_pool_used_bytes", "Pinned memory pool used memory size, in bytes"),
+]
+
+
+def render_core(
+    core: InferenceServer, cpu: CpuSampler | None, gpu: GpuSampler | None = None
+) -> bytes:
     versions = [mv for e in list(core.registry.entries.values()) for mv in e.versions.values()]
     rows = [(mv.stats, mv.scheduler.pending) for mv in versions]
-    return render_stats(rows, cpu, core.options.metrics)
+    gpus = gpu.current() if gpu is not None else ()
+    return render_stats(rows, cpu, core.options.metrics, gpus)
 
 
 def render_stats(
     versions: list[tuple[ModelStats, int]],
     cpu: CpuSampler | None,
     settings: MetricsSettings | None = None,
+    gpus: Sequence[GpuReading] = (),
 ) -> bytes:
-    """The server's metrics from each version's statistics and pending-request count."""
+    """The server's metrics from each version's statistics and pending-request count, and
+    the GPUs' last readings."""
     settings = settings or MetricsSettings()
+    gpus = gpus if settings.gpu else ()
     stats = [s for s, _ in versions]
     out: list[str] = []
     counters = [*_ALWAYS, *_LATENCY] if settings.counter_latencies else list(_ALWAYS)
@@ -170,23 +185,21 @@ def render_stats(
         for name, doc, get in _CACHE:
             lines = [f"{name}{_labels(s)} {get(s)}" for s in cached]
             _family(out, name, doc, "counter", lines)
+    name, doc = ENERGY
+    _family(out, name, doc, "counter", _gpu_lines(name, lambda r: r.energy, gpus))
     name = "nv_inference_pending_request_count"
     pending = [f"{name}{_labels(s)} {n}" for s, n in versions]
     doc = "Instantaneous number of pending requests awaiting execution per-model."
     _family(out, name, doc, "gauge", pending)
-    gauges: list[tuple[str, str, float]] = [
-        ("nv_pinned_memory_pool_total_bytes", "Pinned memory pool total memory size, in bytes", 0),
-        ("nv_pinned_memory_pool_used_bytes", "Pinned memory pool used memory size, in bytes", 0),
-    ]
+    for name, doc in _PINNED:  # (no pinned-memory pool here: 0)
+        _gauge(out, name, doc, 0)
+    for name, doc, value_of in GAUGES:  # Triton registers the GPU gauges before the CPU ones
+        _family(out, name, doc, "gauge", _gpu_lines(name, value_of, gpus))
     if cpu is not None and settings.cpu:
         utilization, total, used = cpu.current()
-        gauges += [
-            ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", utilization),
-            ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", total),
-            ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", used),
-        ]
-    for name, doc, value in gauges:
-        _family(out, name, doc, "gauge", [f"{name} {prom_number(value)}"])
+        _gauge(out, "nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", utilization)
+        _gauge(out, "nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", total)
+        _gauge(out, "nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", used)
     out += first_response_lines(stats)  # histogram_latencies=true (histograms.py)
     if settings.summary_latencies:
         qs = [q for q, _ in settings.quantiles]
@@ -212,6 +225,17 @@ def _counter_lines(
     ]
 
 
+def _gpu_lines(
+    name: str, pick: Callable[[GpuReading], float | None], gpus: Iterable[GpuReading]
+) -> list[str]:
+    """One series per GPU that has the value (a value NVML could not give is left out)."""
+    return [
+        f"{name}{labels_text([('gpu_uuid', r.uuid)])} {prom_number(value)}"
+        for r in gpus
+        if (value := pick(r)) is not None
+    ]
+
+
 def _summary_lines(
     name: str, series: list[tuple[ModelStats, Summary]], qs: list[float]
 ) -> list[str]:
@@ -226,6 +250,10 @@ def _summary_lines(
             quantile = labels[:-1] + f',quantile="{prom_number(q)}"}}'
             lines.append(f"{name}{quantile} {prom_number(value)}")
     return lines
+
+
+def _gauge(out: list[str], name: str, doc: str, value: float) -> None:
+    _family(out, name, doc, "gauge", [f"{name} {prom_number(value)}"])
 
 
 def _family(out: list[str], name: str, doc: str, kind: str, lines: list[str]) -> None:

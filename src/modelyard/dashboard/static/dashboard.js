@@ -110,6 +110,20 @@ function renderModels(doc) {
       replicas.append(el("td", {}), el("td", { class: "replicas", colspan: "11" }, `${count}: ${where}`));
       rows.push(replicas);
     }
+    const onGpus = (m.instances || []).filter((i) => i.kind === "GPU");
+    if (onGpus.length) {  // which GPU each instance runs on, and that GPU's memory
+      const gpus = new Map((doc.gpus || []).map((g) => [g.index, g]));
+      const where = onGpus
+        .map((i) => {
+          const g = gpus.get(i.device_id);
+          const memory = g ? ` (${g.name}, ${(g.memory_total / 2 ** 30).toFixed(0)} GiB)` : "";
+          return `${i.name} on GPU ${i.device_id}${memory}`;
+        })
+        .join(" · ");
+      const devices = el("tr", { class: "devices-row", "data-model": m.name });
+      devices.append(el("td", {}), el("td", { class: "devices", colspan: "11" }, where));
+      rows.push(devices);
+    }
     if (m.reason) {
       const reason = el("tr", { class: "reason-row", "data-model": m.name });
       reason.append(el("td", {}), el("td", { class: "reason", colspan: "11" }, m.reason));
