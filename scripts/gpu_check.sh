@@ -18,7 +18,7 @@ WHEELS="${MODELYARD_WHEELS:-.whl}"
 RESULTS="${OUT:-benchmarks/out/gpu-check}"
 # What the GPU suite imports beyond a machine image with torch, numpy, onnxruntime, aiohttp,
 # pytest and nvidia-ml-py (the versions are those of the machine that downloads them).
-CARRIED=(msgspec tritonclient python-rapidjson geventhttpclient gevent greenlet zope.event
+CARRIED=(msgspec tritonclient python-rapidjson geventhttpclient gevent greenlet brotli zope.event
   zope.interface uvicorn httptools orjson grpcio grpcio-health-checking protobuf watchfiles
   pytest-asyncio pytest-timeout nvidia-ml-py ml-dtypes)
 
@@ -81,7 +81,9 @@ PYEOF
 echo "== tests/gpu and the CPU tests of the GPU code"
 timeout 330 "$PY" -m pytest -q -p no:cacheprovider -rs -o timeout=300 tests/gpu \
   tests/triton_python_backend_utils/test_dlpack.py tests/config/test_placement.py \
-  tests/backends/python/test_dlpack_outputs.py 2>&1 | tee "$RESULTS/gpu_suite.log"
+  tests/backends/python/test_dlpack_outputs.py tests/core/test_cuda_regions.py \
+  tests/core/test_cuda_shared_memory.py tests/backends/python/test_cuda_ipc.py \
+  tests/metrics/test_gpu_metrics_units.py 2>&1 | tee "$RESULTS/gpu_suite.log"
 suite=${PIPESTATUS[0]}
 
 echo "== benchmarks/gpu_bls.py"

@@ -28,7 +28,14 @@ from modelyard.config.placement import (
     meets_compute_capability,
 )
 
-__all__ = ["Discovery", "GpuDevice", "discover_gpus", "supported_gpus", "visible_devices"]
+__all__ = [
+    "Discovery",
+    "GpuDevice",
+    "cuda_bindings",
+    "discover_gpus",
+    "supported_gpus",
+    "visible_devices",
+]
 
 log = logging.getLogger("modelyard.devices")
 
@@ -40,6 +47,11 @@ _CUDA_NO_DEVICE = 100
 # WSL 2's GPU node, or Tegra's (Jetson) memory node. Without any, there is nothing for CUDA
 # or NVML to find, and importing their bindings (0.1 s of every server's start) is skipped.
 _DRIVER_NODES = ("/dev/nvidiactl", "/dev/dxg", "/dev/nvmap")
+# cuda-python >= 12.6 names them cuda.bindings.<part>; older releases cuda.cudart and cuda.cuda.
+_BINDINGS = {
+    "runtime": ("cuda.bindings.runtime", "cuda.cudart"),
+    "driver": ("cuda.bindings.driver", "cuda.cuda"),
+}
 
 
 @dataclass(frozen=True)
@@ -113,14 +125,19 @@ def _why_none(runtime: Discovery, nvml: Discovery) -> str:
     return "neither cuda-python nor nvidia-ml-py is installed (pip install modelyard[gpu])"
 
 
-def _runtime_module() -> Any:
-    # cuda-python >= 12.6 names it cuda.bindings.runtime; older releases cuda.cudart.
-    for name in ("cuda.bindings.runtime", "cuda.cudart"):
+def cuda_bindings(part: str) -> Any:
+    """cuda-python's ``"runtime"`` or ``"driver"`` bindings, or None when cuda-python is not
+    installed. Importing them is what costs, so a caller asks :func:`discover_gpus` first."""
+    for name in _BINDINGS[part]:
         try:
             return importlib.import_module(name)
         except ImportError:
             continue
     return None
+
+
+def _runtime_module() -> Any:
+    return cuda_bindings("runtime")
 
 
 def _from_cuda_runtime() -> Discovery:

@@ -344,10 +344,15 @@ def test_allow_client_shm_false(serving: Serving, regions: Any) -> None:
         g = grpcclient.InferenceServerClient(srv.grpc_url)
         assert "system_shared_memory" not in h.get_server_metadata()["extensions"]
         text = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+        cuda_handle, unimplemented = base64.b64encode(b"\0" * 64), "StatusCode.UNIMPLEMENTED"
         calls: list[tuple[Callable[[], object], str]] = [
             (lambda: h.register_system_shared_memory("in", in_key, 64), "501"),
             (lambda: g.register_system_shared_memory("in", in_key, 64), "StatusCode.UNIMPLEMENTED"),
             (lambda: h.unregister_system_shared_memory(), "501"),
+            # CUDA regions too (Triton's HEAD, where the flag comes from, refuses them alike)
+            (lambda: h.register_cuda_shared_memory("c", cuda_handle, 0, 8), "501"),
+            (lambda: g.register_cuda_shared_memory("c", cuda_handle, 0, 8), unimplemented),
+            (lambda: g.unregister_cuda_shared_memory(), unimplemented),
         ]
         for call, status in calls:
             with pytest.raises(InferenceServerException) as e:

@@ -50,6 +50,7 @@ HTTP_ENDPOINTS: dict[str, list[tuple[str, str]]] = {
                       ("POST", "/v2/systemsharedmemory/region/r/register"),
                       ("POST", "/v2/systemsharedmemory/unregister"),
                       ("GET", "/v2/cudasharedmemory/status"),
+                      ("POST", "/v2/cudasharedmemory/region/r/register"),
                       ("POST", "/v2/cudasharedmemory/region/r/unregister")],
     "model-config": [("GET", "/v2/models/http_gate/config"),
                      ("GET", "/v2/models/http_gate/versions/1/config")],

@@ -93,7 +93,7 @@ def add_serve_flags(
         s,
         "--allow-client-shm",
         True,
-        "allow clients to register system shared-memory regions (keys under /dev/shm)",
+        "allow clients to register shared-memory regions (system: keys under /dev/shm; CUDA)",
     )
     add_metrics_flags(s)
     add_cloud_flags(s)  # (after --allow-http and --allow-grpc: AIP_MODE changes their defaults)

@@ -13,7 +13,7 @@ from modelyard.core import health
 from modelyard.core.host import CoreHost
 from modelyard.core.model_control import ModelControl
 from modelyard.core.model_version import ModelVersion
-from modelyard.core.options import ServerOptions, parse_version
+from modelyard.core.options import EXTENSIONS, ServerOptions, parse_version
 from modelyard.core.placement import ControlEvents, LocalPlacement, VersionPlacement
 from modelyard.core.registry import ModelRegistry
 from modelyard.core.response_cache import ResponseCache
@@ -35,21 +35,6 @@ from modelyard.types import InferRequest, InferResponse
 log = logging.getLogger("modelyard")
 
 SERVER_VERSION = "2.51.0"
-EXTENSIONS = [
-    "classification",
-    "sequence",
-    "model_repository",
-    "model_repository(unload_dependents)",
-    "schedule_policy",
-    "model_configuration",
-    "system_shared_memory",
-    "cuda_shared_memory",
-    "binary_tensor_data",
-    "parameters",
-    "statistics",
-    "trace",
-    "logging",
-]
 
 
 class InferenceServer:
@@ -446,7 +431,7 @@ class InferenceServer:
                 )
         return out
 
-    # -- system shared memory (serving/shm_regions.py) ----------------------------------------
+    # -- system and CUDA shared memory (serving/shm_regions.py, cuda_regions.py) -------------
 
     def shm_register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         self.shared_memory.register(name, key, offset, byte_size)
@@ -456,6 +441,12 @@ class InferenceServer:
 
     def shm_status(self, name: str = "") -> list[dict[str, Any]]:
         return self.shared_memory.status(name)
+
+    def cuda_shm_register(self, name: str, handle: bytes, device_id: int, byte_size: int) -> None:
+        self.shared_memory.cuda_register(name, handle, device_id, byte_size)
+
+    def cuda_shm_unregister(self, name: str = "") -> None:
+        self.shared_memory.cuda_unregister(name)
 
     def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]:
         return self.shared_memory.cuda_status(name)

@@ -11,6 +11,24 @@ from modelyard.scheduling.rate_limiter import RateLimitSettings
 from modelyard.serving.metrics_settings import MetricsSettings
 from modelyard.tracing.config import TraceConfig
 
+# The extensions server metadata lists, in Triton's order (system_shared_memory only where
+# client shared memory is allowed).
+EXTENSIONS = [
+    "classification",
+    "sequence",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+]
+
 
 @dataclass(frozen=True)
 class ServerOptions:
@@ -26,7 +44,7 @@ class ServerOptions:
     load: LoadOptions = field(default_factory=LoadOptions)
     poll_secs: float = 15.0  # poll mode: seconds between repository scans
     load_threads: int = 4  # models loading at once (--model-load-thread-count)
-    allow_client_shm: bool = True  # system shared-memory extension (--allow-client-shm)
+    allow_client_shm: bool = True  # both shared-memory extensions (--allow-client-shm)
     cache_bytes: int = 0  # local response cache size (--cache-config local,size=N); 0 = none
     trace: TraceConfig = field(default_factory=TraceConfig)  # --trace-config
     # --allow-metrics, --allow-*-metrics, --metrics-interval-ms, --metrics-config

@@ -1,9 +1,12 @@
-"""System (POSIX) shared-memory extension: client-registered regions under /dev/shm.
+"""Client shared-memory regions: the system (POSIX) extension, and the one table of names
+that system and CUDA regions (``cuda_regions.py``) share.
 
 Clients create a POSIX shared-memory object (``shm_open`` name such as ``/input0``), register
 it by name, and then name the region in an inference request instead of sending tensor bytes.
 Inputs are read as zero-copy, read-only numpy views of the mapping; outputs are written straight
-into the client's region. Error texts and codes follow Triton's ``SharedMemoryManager``.
+into the client's region. A CUDA region's bytes are copied instead: inputs into a host tensor
+when the request is bound, outputs into the region when the response comes. Error texts and
+codes follow Triton's ``SharedMemoryManager``.
 
 Security: a key must be a plain POSIX shm name (only leading slashes, no other '/', no '.'/'..',
 no NUL), is opened under /dev/shm without following symlinks, must be a regular file, and may not
@@ -33,7 +36,15 @@ from modelyard.errors import (
     NotFound,
     Unsupported,
 )
-from modelyard.types import InferRequest, InferResponse, Tensor, numpy_dtype
+from modelyard.serving import cuda_runtime
+from modelyard.serving.cuda_regions import (
+    CudaRegion,
+    CudaRuntime,
+    CudaSlice,
+    cuda_unsupported,
+    open_region,
+)
+from modelyard.types import InferRequest, InferResponse, Tensor, host_data, numpy_dtype
 
 log = logging.getLogger("modelyard")
 
@@ -123,12 +134,12 @@ class ClientRef:
 
 @dataclass(slots=True)
 class OutputTarget:
-    """Where one output of a request goes: a writable slice of a region."""
+    """Where one output of a request goes: a writable slice of a system region, or a CUDA
+    region's slice (held open while the request lives)."""
 
     region: str
     byte_size: int
-    view: memoryview
-    ref: ClientRef | None = None
+    ref: ClientRef | CudaSlice
 
 
 def shm_path(name: str, key: str) -> str:
@@ -189,22 +200,27 @@ def _map(
 
 
 class SharedMemoryManager:
-    """Registered system shared-memory regions, by name. Thread-safe (BLS threads may infer)."""
+    """Registered client regions by name, system and CUDA alike (one namespace, as Triton's).
+    Thread-safe (BLS threads may infer). ``cuda`` loads the CUDA runtime at the first CUDA
+    registration (default: cuda-python's, or None without a GPU)."""
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(
+        self, enabled: bool = True, cuda: Callable[[], CudaRuntime | None] | None = None
+    ) -> None:
         self.enabled = enabled
-        self._regions: dict[str, Region] = {}
+        self._regions: dict[str, Region | CudaRegion] = {}
         self._lock = threading.Lock()
+        self._load_cuda = cuda or cuda_runtime.load
+        self._cuda: CudaRuntime | None = None
+        self._cuda_loaded = False  # (the runtime is looked for once, when first needed)
 
-    # -- the extension's API -----------------------------------------------------------------
+    # -- the extensions' API -----------------------------------------------------------------
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        if not self.enabled:
-            raise Unsupported(DISABLED_MESSAGE)
+        self._check_enabled()
         path = shm_path(name, key)
         with self._lock:
-            if name in self._regions:
-                raise AlreadyExists(f"shared memory region '{name}' already in manager")
+            self._check_new(name)
             mm, start, file_id = _map(name, key, path, offset, byte_size)
             view = memoryview(mm)[start : start + byte_size]
             self._regions[name] = Region(
@@ -218,39 +234,37 @@ class SharedMemoryManager:
             byte_size,
         )
 
-    def unregister(self, name: str = "") -> None:
-        """Forget ``name`` ("" = every region); unknown names are not an error (Triton)."""
-        if not self.enabled:
-            raise Unsupported(DISABLED_MESSAGE)
+    def cuda_register(self, name: str, handle: bytes, device_id: int, byte_size: int) -> None:
+        """Open a client's CUDA IPC ``handle`` as region ``name``. Without a GPU (or the CUDA
+        runtime): Triton's CPU-only answer, once the name is known to be free."""
+        self._check_enabled()
         with self._lock:
-            if name:
-                gone = [r] if (r := self._regions.pop(name, None)) is not None else []
-            else:
-                gone, self._regions = list(self._regions.values()), {}
-        for region in gone:
-            region.release()
+            self._check_new(name)
+            if not self._cuda_loaded:
+                self._cuda, self._cuda_loaded = self._load_cuda(), True
+            if self._cuda is None:
+                raise cuda_unsupported(name)
+            self._regions[name] = open_region(self._cuda, name, handle, device_id, byte_size)
+        log.debug(
+            "registered CUDA shared memory region '%s' (device %d, %d bytes)",
+            name,
+            device_id,
+            byte_size,
+        )
+
+    def unregister(self, name: str = "") -> None:
+        """Forget ``name`` ("" = every system region); unknown names are not an error, nor
+        is a CUDA region's name (Triton)."""
+        self._unregister(Region, name)
+
+    def cuda_unregister(self, name: str = "") -> None:
+        self._unregister(CudaRegion, name)
 
     def status(self, name: str = "") -> list[dict[str, Any]]:
-        with self._lock:
-            if not name:
-                return [self._regions[n].status() for n in sorted(self._regions)]
-            region = self._regions.get(name)
-            if region is None:
-                raise NotFound(f"Unable to find system shared memory region: '{name}'")
-            return [region.status()]
+        return self._status(Region, name)
 
     def cuda_status(self, name: str = "") -> list[dict[str, Any]]:
-        """CUDA regions: none can exist without a GPU; a system region's name says so."""
-        if not name:
-            return []
-        with self._lock:
-            system = name in self._regions
-        if system:
-            raise NotFound(
-                f"The region named '{name}' is registered as system shared memory, "
-                "not CUDA shared memory"
-            )
-        raise NotFound(f"Unable to find cuda shared memory region: '{name}'")
+        return self._status(CudaRegion, name)
 
     def close(self) -> None:
         with self._lock:
@@ -258,35 +272,78 @@ class SharedMemoryManager:
         for region in gone:
             region.release()
 
+    def _check_enabled(self) -> None:
+        if not self.enabled:
+            raise Unsupported(DISABLED_MESSAGE)
+
+    def _check_new(self, name: str) -> None:
+        if name in self._regions:
+            raise AlreadyExists(f"shared memory region '{name}' already in manager")
+
+    def _unregister(self, kind: type[Region | CudaRegion], name: str) -> None:
+        self._check_enabled()
+        with self._lock:
+            named = [name] if name else list(self._regions)
+            gone = [self._regions.pop(n) for n in named if isinstance(self._regions.get(n), kind)]
+        for region in gone:
+            region.release()
+
+    def _status(self, kind: type[Region | CudaRegion], name: str) -> list[dict[str, Any]]:
+        with self._lock:
+            if not name:
+                regions = self._regions
+                return [
+                    regions[n].status() for n in sorted(regions) if isinstance(regions[n], kind)
+                ]
+            region = self._regions.get(name)
+        this, other = ("system", "CUDA") if kind is Region else ("CUDA", "system")
+        if region is None:
+            raise NotFound(f"Unable to find {this.lower()} shared memory region: '{name}'")
+        if not isinstance(region, kind):
+            raise NotFound(
+                f"The region named '{name}' is registered as {other} shared memory, "
+                f"not {this} shared memory"
+            )
+        return [region.status()]
+
     # -- inference ---------------------------------------------------------------------------
 
-    def _slice(self, name: str, offset: int, byte_size: int) -> ClientRef:
+    def _slice(self, name: str, offset: int, byte_size: int) -> ClientRef | CudaSlice:
         """The bytes [offset, offset + byte_size) of a region, with Triton's checks."""
         with self._lock:
             region = self._regions.get(name)
             if region is None:
                 raise NotFound(f"Unable to find shared memory region: '{name}'")
-            view = region.view
-        size = len(view)
-        if offset < 0 or offset >= size:
-            raise InvalidArgument(f"Invalid offset for shared memory region: '{name}'")
-        if byte_size < 0 or offset + byte_size > size:
-            raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{name}'")
-        part = view[offset : offset + byte_size]
+            size = region.byte_size
+            if offset < 0 or offset >= size:
+                raise InvalidArgument(f"Invalid offset for shared memory region: '{name}'")
+            if byte_size < 0 or offset + byte_size > size:
+                raise InvalidArgument(
+                    f"Invalid offset + byte size for shared memory region: '{name}'"
+                )
+            if isinstance(region, CudaRegion):
+                return region.lease(offset, byte_size)
+            part = region.view[offset : offset + byte_size]
+            info = region.info()
         addr = np.frombuffer(part, np.uint8).ctypes.data if byte_size else 0
-        return ClientRef(name, region.info(), offset, byte_size, part, addr)
+        return ClientRef(name, info, offset, byte_size, part, addr)
 
     def bind(self, request: InferRequest) -> dict[str, OutputTarget] | None:
-        """Point every input that names a region at a read-only view of it (``raw``: the core's
-        validation turns it into a zero-copy numpy view), and look up the outputs' regions.
-        Returns the outputs to write after inference (None when there are none)."""
+        """Point every input that names a region at its bytes (``raw``: the core's validation
+        turns it into a numpy array): a read-only view of a system region, a host copy of a
+        CUDA one. Look up the outputs' regions; return the outputs to write after inference
+        (None when there are none)."""
         for t in request.inputs:
             params = t.parameters
             if params and REGION in params:
                 region = str(params[REGION])
                 ref = self._slice(region, _int(params.get(OFFSET, 0)), _int(params[BYTE_SIZE]))
-                t.raw = ref.view.toreadonly()
                 t.data = None
+                if isinstance(ref, CudaSlice):
+                    with ref:
+                        t.raw = ref.read().data
+                    continue
+                t.raw = ref.view.toreadonly()
                 if request.shm_inputs is None:
                     request.shm_inputs = {}
                 request.shm_inputs[t.name] = ref
@@ -299,8 +356,10 @@ class SharedMemoryManager:
                 ref = self._slice(region, _int(params.get(OFFSET, 0)), size)
                 if targets is None:
                     targets = {}
-                targets[out.name] = OutputTarget(region, size, ref.view, ref)
-        request.shm_outputs = {n: t.ref for n, t in targets.items()} if targets else None
+                targets[out.name] = OutputTarget(region, size, ref)
+        # (a Python worker maps system regions itself; CUDA ones only the server copies to)
+        system = {n: t.ref for n, t in (targets or {}).items() if isinstance(t.ref, ClientRef)}
+        request.shm_outputs = system or None
         return targets
 
     @staticmethod
@@ -319,13 +378,6 @@ class SharedMemoryManager:
                 tensor.shape,
                 parameters={REGION: target.region, BYTE_SIZE: nbytes},
             )
-
-
-def cuda_unsupported(name: str) -> InvalidArgument:
-    """Triton's answer to a CUDA registration on a server without GPU support."""
-    return InvalidArgument(
-        f"failed to register CUDA shared memory region: '{name}', GPUs not supported"
-    )
 
 
 def uses_shared_memory(request: InferRequest) -> bool:
@@ -356,6 +408,8 @@ def _write(tensor: Tensor, target: OutputTarget) -> int:
             payload = np.asarray(array, dtype=numpy_dtype(tensor.datatype))
     elif tensor.raw is not None:
         payload = np.frombuffer(tensor.raw, np.uint8)
+    elif tensor.device is not None:  # (a GPU tensor not yet copied to the host)
+        payload = np.asarray(host_data(tensor), dtype=numpy_dtype(tensor.datatype))
     else:
         payload = np.empty(0, np.uint8)
     nbytes = int(payload.nbytes)
@@ -364,7 +418,10 @@ def _write(tensor: Tensor, target: OutputTarget) -> int:
             f"shared memory size specified with the request for output '{tensor.name}' "
             f"({target.byte_size} bytes) should be at least {nbytes} bytes to hold the results"
         )
-    if nbytes:
-        dest = np.frombuffer(target.view, dtype=payload.dtype, count=payload.size)
+    ref = target.ref
+    if isinstance(ref, CudaSlice):
+        ref.write(payload)
+    elif nbytes:
+        dest = np.frombuffer(ref.view, dtype=payload.dtype, count=payload.size)
         np.copyto(dest.reshape(payload.shape), payload)
     return nbytes

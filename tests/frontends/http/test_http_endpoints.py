@@ -8,6 +8,7 @@ with every model loaded at start.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 from collections.abc import Iterator
@@ -395,8 +396,12 @@ def test_shared_memory_endpoints(client: httpclient.InferenceServerClient) -> No
     assert isinstance(client.get_system_shared_memory_status(), list)
     client.unregister_system_shared_memory("never-registered")
     assert client.get_cuda_shared_memory_status() == []
-    with pytest.raises(InferenceServerException) as exc:
+    with pytest.raises(InferenceServerException) as exc:  # (checked before a GPU is looked for)
         client.register_cuda_shared_memory("r", b"AAAA", 0, 16)
+    assert exc.value.status() == "400"
+    assert exc.value.message() == "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
+    with pytest.raises(InferenceServerException) as exc:
+        client.register_cuda_shared_memory("r", base64.b64encode(b"\0" * 64), 0, 16)
     assert exc.value.status() == "400"
     assert (
         exc.value.message()

@@ -28,7 +28,7 @@ from modelyard.frontends.grpc import extensions, proto_convert
 from modelyard.frontends.grpc.stream import run_stream
 from modelyard.frontends.grpc.wire import EncodedResponse, WireInferRequest
 from modelyard.frontends.header_forward import HeaderForward
-from modelyard.serving.shm_regions import cuda_unsupported
+from modelyard.serving.cuda_regions import cuda_unsupported
 from modelyard.tracing.settings import parse_update
 from modelyard.tracing.trace import AFTER, Trace
 from modelyard.tracing.tracer import Tracer
@@ -313,17 +313,35 @@ class InferenceServicer:
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         cuda_status = getattr(self._core, "cuda_shm_status", None)
         if cuda_status is not None:
-            cuda_status(request.name)  # no CUDA region can exist: raises for any name
+            regions: list[dict[str, Any]] = await _maybe_await(cuda_status(request.name))
         elif request.name:
             raise NotFound(f"Unable to find cuda shared memory region: '{request.name}'")
-        return pb.CudaSharedMemoryStatusResponse()
+        else:
+            regions = []
+        response = pb.CudaSharedMemoryStatusResponse()
+        for r in regions:
+            response.regions[r["name"]].CopyFrom(
+                pb.CudaSharedMemoryStatusResponse.RegionStatus(
+                    name=r["name"], device_id=int(r["device_id"]), byte_size=int(r["byte_size"])
+                )
+            )
+        return response
 
     @_rpc
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        raise cuda_unsupported(request.name)
+        register = getattr(self._core, "cuda_shm_register", None)
+        if register is None:
+            raise cuda_unsupported(request.name)
+        # (as in Triton, the handle's bytes go to the core as they came; see cuda_regions.py)
+        args = (request.name, request.raw_handle, request.device_id, request.byte_size)
+        await _maybe_await(register(*args))
+        return pb.CudaSharedMemoryRegisterResponse()
 
     @_rpc
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        unregister = getattr(self._core, "cuda_shm_unregister", None)
+        if unregister is not None:
+            await _maybe_await(unregister(request.name))
         return pb.CudaSharedMemoryUnregisterResponse()
 
     # -- trace and log settings --------------------------------------------------------------

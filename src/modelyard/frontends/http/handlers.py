@@ -23,11 +23,13 @@ from modelyard.frontends.http.request_response import (
     message_response,
     read_body,
 )
-from modelyard.serving.shm_regions import cuda_unsupported
+from modelyard.serving.cuda_regions import BAD_HANDLE, HANDLE_SIZE, decode_handle
 from modelyard.tracing.settings import parse_update
 
 if TYPE_CHECKING:
     from modelyard.core.api import InferenceServer
+
+_NO_MEMBER = "attempt to access non-existing object member '{}'"  # (Triton's JSON reader)
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -206,5 +208,32 @@ async def cuda_shm(core: InferenceServer, request: Request, region: str, action:
             raise InvalidArgument(
                 "'region name' is necessary to register cuda shared memory region"
             )
-        raise cuda_unsupported(region)
-    return empty_response(200, json=True)  # unregister: nothing can be registered
+        doc = await _json_body(request) or {}
+        handle, device_id, byte_size = _cuda_register_body(doc)
+        core.cuda_shm_register(region, handle, device_id, byte_size)
+        return empty_response(200, json=True)
+    core.cuda_shm_unregister(region)  # unknown names (and "all" with none registered) succeed
+    return empty_response(200, json=True)
+
+
+def _cuda_register_body(doc: dict[str, Any]) -> tuple[bytes, int, int]:
+    """``(handle, device_id, byte_size)`` of a CUDA register body, read and checked in
+    Triton's order (a GPU build's: these come before the server looks for a GPU)."""
+    if "raw_handle" not in doc:
+        raise InvalidArgument("Shared memory register request has no 'raw_handle' field")
+    raw = doc["raw_handle"]
+    if type(raw) is not dict or "b64" not in raw:
+        raise InternalError(_NO_MEMBER.format("b64"))
+    b64 = infer_body.as_str(raw["b64"])
+    byte_size = _member_uint(doc, "byte_size")
+    device_id = _member_uint(doc, "device_id")
+    handle = decode_handle(b64)
+    if len(handle) != HANDLE_SIZE:
+        raise InvalidArgument(BAD_HANDLE)
+    return handle, device_id, byte_size
+
+
+def _member_uint(doc: dict[str, Any], member: str) -> int:
+    if member not in doc:
+        raise InternalError(_NO_MEMBER.format(member))
+    return infer_body.as_uint(doc[member])
