@@ -26,6 +26,18 @@ def _number(value: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got '{value}'") from None
 
 
+def _gpu_bytes(value: str) -> tuple[int, int]:
+    """Triton's ``<GPU id>:<bytes>``."""
+    gpu, sep, size = value.partition(":")
+    try:
+        pair = (int(gpu), int(size))
+    except ValueError:
+        pair = (-1, -1)
+    if not sep or pair[0] < 0 or pair[1] < 0:
+        raise argparse.ArgumentTypeError(f"expected <GPU id>:<bytes>, got '{value}'")
+    return pair
+
+
 def _config_name(value: str) -> str:
     if not value:
         raise argparse.ArgumentTypeError("empty argument")
@@ -177,6 +189,15 @@ def add_serve_flags(
         metavar="X.Y",
         help="GPUs below this CUDA compute capability are not used (KIND_GPU and KIND_AUTO "
         "instance groups)",
+    )
+    s.add_argument(
+        "--cuda-memory-pool-byte-size",
+        type=_gpu_bytes,
+        action="append",
+        default=[],
+        metavar="GPU:BYTES",
+        help="accepted for Triton's command lines; no effect (GPU tensors pass between "
+        "processes in place, by CUDA IPC, with no pool to size); repeatable",
     )
     add_bool_flag(
         s,

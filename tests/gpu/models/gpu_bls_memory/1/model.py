@@ -105,8 +105,9 @@ class TritonPythonModel:
         # The callee's outputs the caller no longer holds are freed (process mode: the
         # exports it kept for this process), as QA's BLS tensor lifecycle test asks.
         def allocated():
-            _, where = self._call("gpu_identity", torch.ones(1, device=self.device),
-                                  parameters={"memory": True})
+            _, where = self._call(
+                "gpu_identity", torch.ones(1, device=self.device), parameters={"memory": True}
+            )
             return where[2]
 
         base = allocated()
