@@ -63,6 +63,8 @@ class IgnoredFlags:
     grpc_infer_allocation_pool_size: int
     sagemaker_thread_count: int
     vertex_ai_thread_count: int
+    # (GPU id, bytes) pairs: GPU tensors pass between processes in place, no pool to size
+    cuda_memory_pool_byte_size: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             grpc_infer_allocation_pool_size=args.grpc_infer_allocation_pool_size,
             sagemaker_thread_count=args.sagemaker_thread_count,
             vertex_ai_thread_count=args.vertex_ai_thread_count,
+            cuda_memory_pool_byte_size=tuple(args.cuda_memory_pool_byte_size),
         ),
         warnings=tuple(warnings),
     )
