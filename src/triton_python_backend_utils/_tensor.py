@@ -11,7 +11,7 @@ import numpy.typing as npt
 from . import _cuda, _dlpack
 from ._errors import TritonModelException
 from ._memory import DeviceMemory, dl_dtype, host_array, is_bf16, triton_code
-from ._types import BF16_CODE, BYTES_CODE, dtype_code
+from ._types import _DTYPE_TO_CODE, BF16_CODE, BYTES_CODE, dtype_code
 
 __all__ = ["Tensor"]
 
@@ -79,7 +79,10 @@ class Tensor:
         t._name = name
         t._array = array
         if code is None:
-            code = BF16_CODE if is_bf16(array.dtype) else (dtype_code(array.dtype) or BYTES_CODE)
+            dtype = array.dtype
+            code = _DTYPE_TO_CODE.get(dtype)  # (the usual types: one lookup, per tensor)
+            if code is None:
+                code = BF16_CODE if is_bf16(dtype) else (dtype_code(dtype) or BYTES_CODE)
         t._code = code
         t._gpu = None
         return t

@@ -186,6 +186,9 @@ def version_text(version: Any) -> str:
     return "" if version is None or int(version) < 0 else str(version)
 
 
+_new = tuple.__new__  # builds a NamedTuple without its Python-level constructor (hot paths)
+
+
 class BlsCall(NamedTuple):
     """What a model's BLS request carries to the server (both modes read it here): its input
     ``pb_utils.Tensor`` objects in the model's order (GPU ones too: each side decides how a GPU
@@ -208,18 +211,21 @@ def bls_call(request: Any) -> BlsCall:
     params = request._params
     if params is None:
         text = request.parameters()
-        params = json.loads(text) if text else {}
-    return BlsCall(
-        request.model_name(),
-        version_text(request.model_version()),
-        request.request_id(),
-        request.correlation_id(),
-        request.flags(),
-        list(request.inputs()),
-        list(request.requested_output_names()),
-        dict(params),
-        int(request.timeout() or 0),
-        output_placement(request._preferred_memory),
+        params = json.loads(text) if text and text != "{}" else {}
+    return _new(
+        BlsCall,
+        (
+            request.model_name(),
+            version_text(request.model_version()),
+            request.request_id(),
+            request.correlation_id(),
+            request.flags(),
+            list(request.inputs()),
+            list(request.requested_output_names()),
+            dict(params),
+            int(request.timeout() or 0),
+            output_placement(request._preferred_memory),
+        ),
     )
 
 
@@ -287,7 +293,8 @@ def response_parts(response: Any, output_names: Collection[str] | None) -> Respo
         return ResponseParts((err.message(), err.code()), [], None)
     wanted = None if output_names is None else set(output_names)
     outputs = [t for t in response.output_tensors() if wanted is None or t.name() in wanted]
-    return ResponseParts(None, outputs, response._params or None)
+    # (tuple.__new__: a NamedTuple's own constructor is a Python call, twice per BLS request)
+    return _new(ResponseParts, (None, outputs, response._params or None))
 
 
 def reply_wait_s(timeout_us: int) -> float:

@@ -371,6 +371,8 @@ def pb_tensor(t: Tensor, placement: int) -> Any:
     """A server tensor as the ``pb_utils.Tensor`` a model gets, on the GPU ``placement``
     names (model_calls.target_device), the same device memory where it is there already."""
     device = t.device
+    if device is None and placement < 0 and t.data is not None:  # (a host tensor stays one)
+        return pb.Tensor._from_server(t.name, t.data)
     target = target_device(placement, None if device is None else device.device_id)
     if target is not None and isinstance(device, DeviceMemory) and device.device_id == target:
         if device.shape != t.shape:  # (a config's reshape)
