@@ -79,6 +79,8 @@ TRITON_CODE_TO_NAME: dict[int, str] = {
     14: "BF16",
 }
 
+TRITON_NAME_TO_CODE: dict[str, int] = {name: code for code, name in TRITON_CODE_TO_NAME.items()}
+
 _LEN = struct.Struct("<I")
 
 

@@ -137,7 +137,7 @@ def imported(
     from triton_python_backend_utils import _cuda
     from triton_python_backend_utils._errors import TritonModelException
     from triton_python_backend_utils._memory import DeviceMemory
-    from triton_python_backend_utils._types import TRITON_CODE_TO_NAME
+    from triton_python_backend_utils._types import TRITON_NAME_TO_CODE
 
     _, device_id, name, handle, offset = data
     rt = _cuda.ipc()
@@ -151,8 +151,9 @@ def imported(
     base = _MAPS.open(rt, handle, device_id)
     owner = _Mapping()
     weakref.finalize(owner, _unmap, rt, handle, name, release)
-    code = next(c for c, n in TRITON_CODE_TO_NAME.items() if n == datatype)
-    return DeviceMemory(base + offset, device_id, tuple(shape), code, owner)
+    return DeviceMemory(
+        base + offset, device_id, tuple(shape), TRITON_NAME_TO_CODE[datatype], owner
+    )
 
 
 def _unmap(rt: Any, handle: bytes, name: str, release: Any) -> None:
@@ -185,7 +186,6 @@ class IpcTensor:
         self._data = data
         self._shape = shape
         self._datatype = datatype
-        self._release = release
         self._finalizer = weakref.finalize(self, release, data[2])
 
     def hand_on(self) -> list[Any] | None:

@@ -212,6 +212,11 @@ def pack(name: str, datatype: str, array: np.ndarray[Any, Any], pool: ShmPool) -
 ON_GPU = "@gpu"
 
 
+def _marked(data: Any) -> bool:
+    """Whether a packed tensor's data is :func:`on_gpu`'s mark."""
+    return type(data) is list and len(data) == 3 and data[0] == ON_GPU
+
+
 def on_gpu(packed: PackedTensor, device_id: int) -> PackedTensor:
     """``packed`` marked as the host copy of a tensor made on GPU ``device_id``."""
     name, datatype, shape, data = packed
@@ -248,7 +253,7 @@ def gpu_of(packed: PackedTensor) -> int | None:
     """The GPU a packed tensor came from (:func:`on_gpu`, or an IPC reference), or None for
     a host tensor."""
     data = packed[3]
-    if type(data) is list and ((len(data) == 3 and data[0] == ON_GPU) or cuda_ipc.is_ipc(data)):
+    if _marked(data) or cuda_ipc.is_ipc(data):
         return int(data[1])
     return None
 
@@ -261,7 +266,7 @@ def unpack(packed: PackedTensor, mapper: ShmMapper) -> tuple[str, str, np.ndarra
         return name, datatype, np.frombuffer(data, dtype=numpy_dtype(datatype)).reshape(shape)
     if isinstance(data, np.ndarray):
         return name, datatype, data
-    if len(data) == 3 and data[0] == ON_GPU:
+    if _marked(data):
         return unpack((name, datatype, shape, data[2]), mapper)
     if cuda_ipc.is_ipc(data):  # (where a host copy is what is wanted)
         return name, datatype, cuda_ipc.host_copy(data, tuple(shape), datatype, mapper.released)
@@ -273,7 +278,7 @@ def segments(tensors: list[PackedTensor]) -> list[str]:
     """The names of the pool segments ``tensors`` refer to."""
     out = []
     for _, _, _, data in tensors:
-        if type(data) is list and len(data) == 3 and data[0] == ON_GPU:
+        if _marked(data):
             data = data[2]
         elif cuda_ipc.is_ipc(data):
             out.append(data[2])  # (an export: freed the same way)
