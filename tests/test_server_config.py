@@ -135,6 +135,12 @@ def test_the_configuration_is_frozen() -> None:
 # -- bad values -------------------------------------------------------------------------------
 
 
+def test_tritons_gpu_pool_sizes_are_taken_and_kept() -> None:
+    config = cli("serve", "repo", "--cuda-memory-pool-byte-size=0:67108864",
+                 "--cuda-memory-pool-byte-size", "1:0")  # fmt: skip
+    assert config.ignored.cuda_memory_pool_byte_size == ((0, 67108864), (1, 0))
+
+
 @pytest.mark.parametrize(
     ("flags", "line"),
     [
@@ -154,6 +160,9 @@ def test_the_configuration_is_frozen() -> None:
          "cluster at 'auto' has its own"),
         (("--http-port", "x"),
          "modelyard serve: error: argument --http-port: invalid int value: 'x'"),
+        (("--cuda-memory-pool-byte-size", "67108864"),
+         "modelyard serve: error: argument --cuda-memory-pool-byte-size: expected <GPU id>:"
+         "<bytes>, got '67108864'"),
     ],
 )  # fmt: skip
 def test_a_bad_command_line_is_one_line_and_exit_code_2(
