@@ -206,7 +206,7 @@ class InferenceServer:
 
     def get_version(self, name: str, version: str = "") -> ModelVersion:
         """The model version a request names: the latest ready one when version is ""."""
-        v = parse_version(version)
+        v = parse_version(version) if version else None
         entry = self.registry.find(name)  # (with namespacing: Triton's answers for a name)
         if entry is None or (not entry.versions and entry.state == ""):  # (a failed ensemble)
             who = name if entry is None else self.registry.label(entry.name)

@@ -153,7 +153,10 @@ def check_returned(
 def release_rescheduled(pb: Any, iterative: bool, requests: list[Any]) -> tuple[int, ...]:
     """The indices of the requests the model rescheduled, to execute again (an iterative
     model), after refusing them for any other model (see release_flags.py)."""
-    indices = [i for i, r in enumerate(requests) if r._release_flags & release_flags.RESCHEDULE]
+    if len(requests) == 1:  # (the usual batch: no list built)
+        indices = [0] if requests[0]._release_flags & release_flags.RESCHEDULE else []
+    else:
+        indices = [i for i, r in enumerate(requests) if r._release_flags & release_flags.RESCHEDULE]
     if not indices:
         return ()
     if not iterative:
@@ -291,8 +294,10 @@ def response_parts(response: Any, output_names: Collection[str] | None) -> Respo
     err = response.error()
     if err is not None:
         return ResponseParts((err.message(), err.code()), [], None)
-    wanted = None if output_names is None else set(output_names)
-    outputs = [t for t in response.output_tensors() if wanted is None or t.name() in wanted]
+    outputs = response.output_tensors()
+    if output_names is not None:
+        wanted = set(output_names)
+        outputs = [t for t in outputs if t.name() in wanted]
     # (tuple.__new__: a NamedTuple's own constructor is a Python call, twice per BLS request)
     return _new(ResponseParts, (None, outputs, response._params or None))
 

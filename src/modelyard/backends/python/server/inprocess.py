@@ -253,7 +253,10 @@ class InProcessInstance(Instance):
         if self.gpu_inputs:  # (FORCE_CPU_ONLY_INPUT_TENSORS "no")
             inputs = [pb_tensor(t, AS_PRODUCED) for t in r.inputs]
         else:
-            inputs = [pb.Tensor._from_server(t.name, host_data(t)) for t in r.inputs]
+            inputs = [
+                pb.Tensor._from_server(t.name, host_data(t) if t.data is None else t.data)
+                for t in r.inputs
+            ]
         return pb.InferenceRequest._from_server(
             request_id=r.id,
             correlation_id=r.correlation_id,
@@ -287,7 +290,7 @@ class InProcessInstance(Instance):
             if gpu is not None and keep_device:
                 out.outputs.append(core_tensor(t))
                 continue
-            arr = t._host_array()
+            arr = t._array if gpu is None else t._host_array()
             out.outputs.append(Tensor(t.name(), datatype_of(arr.dtype), tuple(arr.shape), arr))
         if parts.parameters:
             out.parameters = dict(parts.parameters)

@@ -363,7 +363,7 @@ def core_tensor(t: Any) -> Tensor:
     gpu = t._gpu
     if gpu is not None:
         return Tensor(t.name(), TRITON_CODE_TO_NAME[gpu.code], gpu.shape, device=gpu)
-    a = t._host_array()
+    a = t._array  # (a host tensor: its array, BF16 as ml_dtypes' bfloat16)
     return Tensor(t.name(), datatype_of(a.dtype), tuple(a.shape), a)
 
 
