@@ -62,8 +62,8 @@ def _memory(ipc: FakeIpc, first: int, count: int) -> DeviceMemory:
 def test_an_export_lives_until_its_receiver_frees_it(fake: FakeIpc) -> None:
     pool = tensor_pool.ShmPool(f"modelyard-test-{os.getpid()}-ipc", enabled=False)
     freed: list[str] = []
-    ref = cuda_ipc.export(_memory(fake, 8, 4), pool)
-    ref2 = cuda_ipc.export(_memory(fake, 16, 2), pool)
+    ref = cuda_ipc.export(_memory(fake, 8, 4), pool.keep)
+    ref2 = cuda_ipc.export(_memory(fake, 16, 2), pool.keep)
     assert ref is not None and ref2 is not None
     name = ref[2]
     assert tensor_pool.owner(name) == pool.prefix
@@ -83,7 +83,7 @@ def test_an_export_lives_until_its_receiver_frees_it(fake: FakeIpc) -> None:
     assert set(pool._kept) == {name, ref2[2]}
     pool.release(freed)
     assert not pool._kept
-    again = cuda_ipc.export(_memory(fake, 1, 1), pool)
+    again = cuda_ipc.export(_memory(fake, 1, 1), pool.keep)
     assert again is not None
     np.testing.assert_array_equal(cuda_ipc.host_copy(again, (1,), "FP32", freed.append), [1])
     assert fake.opened == [HANDLE]
@@ -94,7 +94,7 @@ def test_idle_mappings_beyond_the_bound_are_closed(
 ) -> None:
     monkeypatch.setattr(cuda_ipc._Maps, "IDLE", 0)
     pool = tensor_pool.ShmPool(f"modelyard-test-{os.getpid()}-ipc5", enabled=False)
-    ref = cuda_ipc.export(_memory(fake, 0, 2), pool)
+    ref = cuda_ipc.export(_memory(fake, 0, 2), pool.keep)
     assert ref is not None
     cuda_ipc.host_copy(ref, (2,), "FP32", lambda _name: None)
     gc.collect()
@@ -104,7 +104,7 @@ def test_idle_mappings_beyond_the_bound_are_closed(
 def test_a_host_copy_frees_the_export_at_once(fake: FakeIpc) -> None:
     pool = tensor_pool.ShmPool(f"modelyard-test-{os.getpid()}-ipc2", enabled=False)
     freed: list[str] = []
-    ref = cuda_ipc.export(_memory(fake, 0, 3), pool)
+    ref = cuda_ipc.export(_memory(fake, 0, 3), pool.keep)
     assert ref is not None
     mapper = tensor_pool.ShmMapper(freed.append)
     _name, dt, arr = tensor_pool.unpack(("x", "FP32", (3,), ref), mapper)
@@ -117,7 +117,7 @@ def test_a_host_copy_frees_the_export_at_once(fake: FakeIpc) -> None:
 def test_the_server_hands_an_export_on_once_or_frees_it(fake: FakeIpc) -> None:
     pool = tensor_pool.ShmPool(f"modelyard-test-{os.getpid()}-ipc3", enabled=False)
     freed: list[str] = []
-    ref = cuda_ipc.export(_memory(fake, 4, 2), pool)
+    ref = cuda_ipc.export(_memory(fake, 4, 2), pool.keep)
     assert ref is not None
     passing = cuda_ipc.IpcTensor(ref, (2,), "FP32", freed.append)
     np.testing.assert_array_equal(passing.to_host(), [4, 5])  # (read here: still held)
@@ -135,5 +135,5 @@ def test_without_cuda_python_nothing_is_exported(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(_cuda, "ipc", lambda: None)
     pool = tensor_pool.ShmPool(f"modelyard-test-{os.getpid()}-ipc4", enabled=False)
     memory: Any = DeviceMemory(0, 0, (1,), 11, None)
-    assert cuda_ipc.export(memory, pool) is None
+    assert cuda_ipc.export(memory, pool.keep) is None
     assert not pool._kept

@@ -22,12 +22,9 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from modelyard.backends.python.protocol.tensor_pool import ShmPool
 
 log = logging.getLogger("modelyard")
 
@@ -41,9 +38,10 @@ def is_ipc(data: Any) -> bool:
     return type(data) is list and len(data) == 5 and data[0] == IPC
 
 
-def export(memory: Any, pool: ShmPool) -> list[Any] | None:
-    """The IPC reference of ``memory`` (a ``pb_utils`` DeviceMemory), kept alive in ``pool``
-    until the receiver frees it; None where IPC cannot be used (the caller sends a copy)."""
+def export(memory: Any, keep: Callable[[Any], str]) -> list[Any] | None:
+    """The IPC reference of ``memory`` (a ``pb_utils`` DeviceMemory), kept alive by ``keep``
+    (the sender's ``ShmPool.keep``: the name a FREE gives back) until the receiver frees it;
+    None where IPC cannot be used (the caller sends a copy)."""
     global _warned
     if _DISABLED:
         return None
@@ -65,7 +63,7 @@ def export(memory: Any, pool: ShmPool) -> list[Any] | None:
             _warned = True
             log.warning("CUDA IPC unavailable (%s); GPU tensors travel as host copies", e)
         return None
-    return [IPC, memory.device_id, pool.keep(memory), handle, offset]
+    return [IPC, memory.device_id, keep(memory), handle, offset]
 
 
 def _device_copy(rt: Any, memory: Any) -> Any:

@@ -228,7 +228,7 @@ def pack_model_tensor(tensor: Any, pool: ShmPool, ipc: bool = False) -> PackedTe
     memory where ``ipc`` allows and CUDA can (cuda_ipc.py), else as its host copy, marked."""
     gpu = tensor._gpu
     if gpu is not None and ipc:
-        ref = cuda_ipc.export(gpu, pool)
+        ref = cuda_ipc.export(gpu, pool.keep)
         if ref is not None:
             from triton_python_backend_utils._types import TRITON_CODE_TO_NAME
 
