@@ -249,13 +249,17 @@ def model_tensor(pb: Any, packed: PackedTensor, mapper: ShmMapper, device: int |
     return tensor if device is None else tensor._to_device(device)
 
 
+def from_gpu(data: Any) -> bool:
+    """Whether a packed tensor's data is a GPU tensor's: :func:`on_gpu`'s mark or an IPC
+    reference (host data is bytes, an array, or a segment's ``[name, nbytes]``)."""
+    return type(data) is list and len(data) > 2 and (_marked(data) or cuda_ipc.is_ipc(data))
+
+
 def gpu_of(packed: PackedTensor) -> int | None:
     """The GPU a packed tensor came from (:func:`on_gpu`, or an IPC reference), or None for
     a host tensor."""
     data = packed[3]
-    if _marked(data) or cuda_ipc.is_ipc(data):
-        return int(data[1])
-    return None
+    return int(data[1]) if from_gpu(data) else None
 
 
 def unpack(packed: PackedTensor, mapper: ShmMapper) -> tuple[str, str, np.ndarray[Any, Any]]:

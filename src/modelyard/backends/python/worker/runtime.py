@@ -77,7 +77,11 @@ class StubRuntime:
             # A GPU tensor another model passed stays one for a model that takes GPU inputs
             # (FORCE_CPU_ONLY_INPUT_TENSORS "no"), else becomes a host tensor.
             gpu = tensor_pool.gpu_of(packed) if self.gpu_inputs else None
-            tensors.append(tensor_pool.model_tensor(pb, packed, self.stub.mapper, gpu))
+            if gpu is None:  # (model_tensor's host case, without its call: the usual input)
+                _, _, arr = tensor_pool.unpack(packed, self.stub.mapper)
+                tensors.append(pb.Tensor._from_server(name, arr))
+            else:
+                tensors.append(tensor_pool.model_tensor(pb, packed, self.stub.mapper, gpu))
         if output_names is None:
             output_names = self.all_outputs
         sender = pb.InferenceResponseSender(
@@ -127,7 +131,10 @@ class StubRuntime:
                 if written is not None:
                     outputs.append(client_regions.written_output(t.name(), arr, written))
                     continue
-            outputs.append(tensor_pool.pack_model_tensor(t, self.stub.pool, gpu))
+            if t._gpu is None:  # (a host output: pack_model_tensor's case, without its call)
+                outputs.append(tensor_pool.pack_array(t.name(), t._array, self.stub.pool))
+            else:
+                outputs.append(tensor_pool.pack_model_tensor(t, self.stub.pool, gpu))
         return Response(outputs, parts.parameters, None)
 
     def collect_responses(self, requests: list[Any], returned: Any) -> list[Response | None]:
