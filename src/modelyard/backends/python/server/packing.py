@@ -100,14 +100,15 @@ def unpack_tensor(
     """A tensor from a worker's frame as the server's: a GPU tensor as an IpcTensor (no
     copy; ``release`` frees its export unless a worker takes it over) or a StagedOnHost."""
     name, datatype, shape, data = packed
+    if not tensor_pool.from_gpu(data):
+        name, datatype, arr = tensor_pool.unpack(packed, mapper)
+        return Tensor(name, datatype, tuple(arr.shape), arr)
     if cuda_ipc.is_ipc(data):
         shape = tuple(shape)
         ipc = cuda_ipc.IpcTensor(data, shape, datatype, release)
         return Tensor(name, datatype, shape, device=ipc)
-    name, datatype, arr = tensor_pool.unpack(packed, mapper)
-    gpu = tensor_pool.gpu_of(packed)
-    device = None if gpu is None else StagedOnHost(gpu, arr)
-    return Tensor(name, datatype, tuple(arr.shape), arr, device=device)
+    name, datatype, arr = tensor_pool.unpack(packed, mapper)  # (a marked host copy)
+    return Tensor(name, datatype, tuple(arr.shape), arr, device=StagedOnHost(int(data[1]), arr))
 
 
 def unpack_response(
@@ -133,10 +134,11 @@ def unpack_response(
                 written = {shm_regions.REGION: region, shm_regions.BYTE_SIZE: nbytes}
                 resp.outputs.append(Tensor(name, datatype, shape, parameters=written))
                 continue
-            if tensor_pool.from_gpu(data):
-                resp.outputs.append(unpack_tensor(packed, mapper, release))
-                continue
-        name, datatype, arr = tensor_pool.unpack(packed, mapper)  # (a host tensor)
+            resp.outputs.append(unpack_tensor(packed, mapper, release))
+            continue
+        name, datatype, arr = tensor_pool.unpack(
+            packed, mapper
+        )  # (bytes: unpack_tensor's first case)
         resp.outputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
     if payload.parameters:
         resp.parameters = payload.parameters
