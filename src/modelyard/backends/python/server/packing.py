@@ -100,7 +100,7 @@ def unpack_tensor(
     """A tensor from a worker's frame as the server's: a GPU tensor as an IpcTensor (no
     copy; ``release`` frees its export unless a worker takes it over) or a StagedOnHost."""
     name, datatype, shape, data = packed
-    if not tensor_pool.from_gpu(data):
+    if type(data) is not list or not tensor_pool.from_gpu(data):  # (bytes: no call)
         name, datatype, arr = tensor_pool.unpack(packed, mapper)
         return Tensor(name, datatype, tuple(arr.shape), arr)
     if cuda_ipc.is_ipc(data):

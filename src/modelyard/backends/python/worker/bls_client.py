@@ -99,7 +99,12 @@ class BlsClient:
             call.request_id,
             call.correlation_id,
             call.flags,
-            [tensor_pool.pack_model_tensor(t, stub.pool, ipc=True) for t in call.inputs],
+            [
+                tensor_pool.pack_array(t.name(), t._array, stub.pool)  # (a host tensor)
+                if t._gpu is None
+                else tensor_pool.pack_model_tensor(t, stub.pool, ipc=True)
+                for t in call.inputs
+            ],
             call.outputs,
             call.parameters,
             call.timeout_us,
@@ -120,7 +125,12 @@ class BlsClient:
             return error_response(pb, message, code)
         tensors = []
         mapper = self.rt.stub.mapper
+        host_stays = placement < 0  # (AS_PRODUCED or HOST_OUTPUTS: a host output stays one)
         for packed in response.tensors:
+            if host_stays and type(packed[3]) is bytes:  # (model_tensor's usual case, inline)
+                name, _, arr = tensor_pool.unpack(packed, mapper)
+                tensors.append(pb.Tensor._from_server(name, arr))
+                continue
             device = target_device(placement, tensor_pool.gpu_of(packed))
             tensors.append(tensor_pool.model_tensor(pb, packed, mapper, device))
         return pb.InferenceResponse._from_server(tensors, None, response.parameters or None)
