@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from modelyard.cli.main import build_parser
-from modelyard.frontends.grpc.channel import GrpcChannel
+from modelyard.frontends.grpc.channel import GRPC_SERVER_DEFAULTS, GrpcChannel
 from modelyard.frontends.options import FrontendOptions
 from modelyard.server_config import ServerConfig
 from tests.frontends.tls.certs import Certificates
@@ -129,8 +129,9 @@ def test_a_pattern_that_is_no_regular_expression_is_refused(
 def test_grpc_channel_arguments_have_tritons_defaults() -> None:
     fe = options()
     assert fe.grpc_channel == GrpcChannel()
-    assert dict(fe.grpc_channel.arguments()) == {
-        "grpc.so_reuseport": 0,
+    # Triton's defaults are grpc core's: none is passed, each is in effect as grpc's default
+    assert dict(fe.grpc_channel.arguments()) == {"grpc.so_reuseport": 0}
+    assert GRPC_SERVER_DEFAULTS == {
         "grpc.keepalive_time_ms": 7200000,
         "grpc.keepalive_timeout_ms": 20000,
         "grpc.keepalive_permit_without_calls": 0,
