@@ -3,10 +3,11 @@
 
 Triton always sets the keepalive and HTTP/2 ping arguments, and the connection-age ones
 only when they are not 0. Its defaults are grpc core's own, so a setting is passed here only
-where it differs from them: the same channel, and a faster one (see ``arguments``). ``--grpc-infer-response-compression-level`` compresses
-ModelInfer and ModelStreamInfer responses: grpc core picks, among the algorithms the
-client accepts, gzip for ``low`` and deflate for ``medium`` and ``high`` (its ranking of
-gzip and deflate; every grpc client accepts both).
+where it differs from them: the same channel, and a faster one (see ``arguments``).
+``--grpc-infer-response-compression-level`` compresses ModelInfer and ModelStreamInfer
+responses: grpc core picks, among the algorithms the client accepts, gzip for ``low`` and
+deflate for ``medium`` and ``high`` (its ranking of gzip and deflate; every grpc client
+accepts both).
 """
 
 from __future__ import annotations

@@ -127,19 +127,13 @@ def unpack_response(
         return resp
     for packed in payload.tensors:
         name, datatype, shape, data = packed
-        if type(data) is list:  # (arrays decode as lists)
-            if data[0] == client_regions.WRITTEN:
-                _, nbytes = data
-                region = req.shm_outputs[name].region if req.shm_outputs else ""
-                written = {shm_regions.REGION: region, shm_regions.BYTE_SIZE: nbytes}
-                resp.outputs.append(Tensor(name, datatype, shape, parameters=written))
-                continue
-            resp.outputs.append(unpack_tensor(packed, mapper, release))
+        if type(data) is list and data[0] == client_regions.WRITTEN:  # (arrays decode as lists)
+            _, nbytes = data
+            region = req.shm_outputs[name].region if req.shm_outputs else ""
+            written = {shm_regions.REGION: region, shm_regions.BYTE_SIZE: nbytes}
+            resp.outputs.append(Tensor(name, datatype, shape, parameters=written))
             continue
-        name, datatype, arr = tensor_pool.unpack(
-            packed, mapper
-        )  # (bytes: unpack_tensor's first case)
-        resp.outputs.append(Tensor(name, datatype, tuple(arr.shape), arr))
+        resp.outputs.append(unpack_tensor(packed, mapper, release))
     if payload.parameters:
         resp.parameters = payload.parameters
     return resp
